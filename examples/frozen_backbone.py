@@ -1,0 +1,54 @@
+"""Train the frozen-backbone segmentation example with StreamProfiler and print where the traces are.
+
+    python examples/frozen_backbone.py                      # small run, CPU when there is no GPU
+    python examples/frozen_backbone.py --image-size 256 --batch-size 8 --steps 2000 --workers 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+from workloads import FrozenBackboneSegmenter, SegmentationData  # noqa: E402
+
+from lightning_streamprof import StreamProfiler  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--every", type=int, default=40, help="steps between profiling windows (0: one window)")
+    p.add_argument("--root", default="streamprof_runs/frozen_backbone")
+    args = p.parse_args(argv)
+
+    L.seed_everything(0)
+    profiler = StreamProfiler(skip_first=10, warmup=1, active=3, every=args.every, max_overhead=None)
+    trainer = L.Trainer(
+        max_steps=args.steps,
+        accelerator="auto",
+        devices=1,
+        profiler=profiler,
+        default_root_dir=args.root,
+        limit_val_batches=2,
+        val_check_interval=min(50, args.steps),
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    data = SegmentationData(args.batch_size, args.image_size, train_size=args.batch_size * args.steps, workers=args.workers)
+    trainer.fit(FrozenBackboneSegmenter(), datamodule=data)
+    device = "GPU" if torch.cuda.is_available() else "CPU"
+    print(f"\nTrained {trainer.global_step} steps on {device}. Traces ({len(profiler.windows)} windows):")
+    for window in profiler.windows:
+        print(f"  steps {window.first_step}-{window.last_step}: {window.path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The seed workloads as Lightning programs: a frozen CNN encoder with a trainable segmentation head.
+
+Synthetic data as in the published experiments: uint8 images ``3 x S x S`` and per-pixel int64 labels
+(10 classes), made by DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class SyntheticSegmentation(Dataset):
+    """Random uint8 images and int64 label maps, reproducible per index."""
+
+    def __init__(self, length: int, image_size: int = 256, classes: int = 10, seed: int = 0) -> None:
+        self.length, self.image_size, self.classes, self.seed = length, image_size, classes, seed
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        size = self.image_size
+        image = torch.randint(0, 256, (3, size, size), dtype=torch.uint8, generator=g)
+        label = torch.randint(0, self.classes, (size, size), dtype=torch.int64, generator=g)
+        return image, label
+
+
+def conv_block(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class Encoder(nn.Sequential):
+    """A small CNN encoder with output stride 8."""
+
+    def __init__(self, width: int = 32) -> None:
+        super().__init__(
+            conv_block(3, width, 2),
+            conv_block(width, width),
+            conv_block(width, 2 * width, 2),
+            conv_block(2 * width, 2 * width),
+            conv_block(2 * width, 4 * width, 2),
+            conv_block(4 * width, 4 * width),
+        )
+        self.out_channels = 4 * width
+
+
+class Decoder(nn.Module):
+    """Two conv blocks and an 8x upsampling to per-pixel logits."""
+
+    def __init__(self, in_channels: int, classes: int = 10, width: int = 64) -> None:
+        super().__init__()
+        self.body = nn.Sequential(conv_block(in_channels, width), conv_block(width, width))
+        self.classify = nn.Conv2d(width, classes, 1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        logits = self.classify(self.body(features))
+        return nn.functional.interpolate(logits, scale_factor=8, mode="bilinear", align_corners=False)
+
+
+class FrozenBackboneSegmenter(L.LightningModule):
+    """Frozen encoder (eval mode, no gradients) + trainable decoder, CrossEntropy and SGD."""
+
+    def __init__(self, classes: int = 10, width: int = 32, lr: float = 0.01) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.encoder = Encoder(width).requires_grad_(False).eval()
+        self.decoder = Decoder(self.encoder.out_channels, classes)
+        self.loss = nn.CrossEntropyLoss()
+        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255)
+        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255)
+
+    def train(self, mode: bool = True) -> FrozenBackboneSegmenter:
+        super().train(mode)
+        self.encoder.eval()  # frozen: BatchNorm statistics never change
+        return self
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = (images.float() - self.mean) / self.std
+        return self.decoder(self.encoder(x))
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        images, labels = batch
+        loss = self.loss(self(images), labels)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        images, labels = batch
+        self.log("val_loss", self.loss(self(images), labels))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.decoder.parameters(), lr=self.hparams.lr, momentum=0.9)
+
+
+class SegmentationData(L.LightningDataModule):
+    def __init__(
+        self, batch_size: int = 8, image_size: int = 256, train_size: int = 2048, val_size: int = 0, workers: int = 8
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+    def _loader(self, length: int, seed: int, shuffle: bool) -> DataLoader:
+        h = self.hparams
+        return DataLoader(
+            SyntheticSegmentation(length, h.image_size, seed=seed),
+            batch_size=h.batch_size,
+            shuffle=shuffle,
+            num_workers=h.workers,
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=h.workers > 0,
+            drop_last=True,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.hparams.train_size, seed=0, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(max(self.hparams.val_size, self.hparams.batch_size), seed=1, shuffle=False)

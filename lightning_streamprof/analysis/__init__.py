@@ -1,0 +1,1 @@
+"""Pure functions from an :class:`~lightning_streamprof.trace.EventTable` to frozen result dataclasses."""

@@ -1,0 +1,88 @@
+"""Background export of finished windows: gzip, write through a temporary name, summarise."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from lightning_streamprof.analysis.operators import OperatorStats, top_operators
+from lightning_streamprof.storage import ensure_dir, write_atomic
+from lightning_streamprof.trace.reader import parse_trace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """One exported window: where its trace is and what it says at a glance."""
+
+    window: int
+    first_step: int
+    last_step: int
+    path: str
+    size_bytes: int
+    events: int
+    top_operators: tuple[OperatorStats, ...]
+
+
+class TraceExporter:
+    """A single worker thread that turns locally saved Kineto traces into gzipped files at their target.
+
+    Every failure is a warning: the training run never sees an exception from here.
+    """
+
+    def __init__(self, compress_level: int = 3, row_limit: int = 10) -> None:
+        self.compress_level = compress_level
+        self.row_limit = row_limit
+        self.results: list[WindowResult] = []
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamprof-export")
+        self._pending: list[Future] = []
+
+    def check_writable(self, directory: str) -> bool:
+        try:
+            ensure_dir(directory)
+            return True
+        except Exception as err:  # noqa: BLE001
+            warnings.warn(f"StreamProfiler: cannot write traces to {directory}: {err}", stacklevel=3)
+            return False
+
+    def submit(self, local_path: str, target: str, *, window: int, steps: tuple[int, int]) -> None:
+        self._pending.append(self._pool.submit(self._export, local_path, target, window, steps))
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def _export(self, local_path: str, target: str, window: int, steps: tuple[int, int]) -> None:
+        try:
+            with open(local_path, "rb") as f:
+                raw = f.read()
+        except OSError as err:
+            warnings.warn(f"StreamProfiler: trace of window {window} was not saved ({err})", stacklevel=2)
+            return
+        finally:
+            try:
+                os.remove(local_path)
+            except OSError:
+                pass
+        try:
+            write_atomic(target, gzip.compress(raw, compresslevel=self.compress_level, mtime=0))
+        except Exception as err:  # noqa: BLE001
+            warnings.warn(f"StreamProfiler: could not write {target}: {err}", stacklevel=2)
+            return
+        try:
+            trace = parse_trace(raw, source=target)
+            ops = tuple(top_operators(trace, limit=self.row_limit))
+            events = len(trace)
+        except Exception as err:  # noqa: BLE001
+            warnings.warn(f"StreamProfiler: could not summarise {target}: {err}", stacklevel=2)
+            ops, events = (), 0
+        self.results.append(
+            WindowResult(window, steps[0], steps[1] - 1, target, len(raw), events, ops)
+        )
+        log.debug("streamprof: wrote %s (%d bytes)", target, len(raw))

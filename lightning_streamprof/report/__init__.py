@@ -1,0 +1,1 @@
+"""Renderers: they only read analysis results."""

@@ -1,0 +1,50 @@
+"""Local paths and fsspec URLs behind one small interface."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+
+
+def join_path(base: str, *parts: str) -> str:
+    """Join path parts with ``/``, keeping a URL's scheme (``s3://bucket`` + ``a`` -> ``s3://bucket/a``)."""
+    out = str(base).rstrip("/") or "/"
+    for part in parts:
+        out = f"{out}/{part.strip('/')}" if out != "/" else f"/{part.strip('/')}"
+    return out
+
+
+def filesystem(path: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``path`` and the path as that filesystem names it."""
+    return url_to_fs(str(path))
+
+
+def ensure_dir(path: str) -> None:
+    fs, local = filesystem(path)
+    fs.makedirs(local, exist_ok=True)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to a temporary name beside ``path``, then rename it into place."""
+    fs, target = filesystem(path)
+    parent = target.rsplit("/", 1)[0] if "/" in target else ""
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+    with fs.open(tmp, "wb") as f:
+        f.write(data)
+    try:
+        fs.mv(tmp, target)
+    except Exception:
+        try:
+            fs.rm(tmp)
+        finally:
+            raise
+
+
+def read_bytes(path: str) -> bytes:
+    with fsspec.open(str(path), "rb") as f:
+        return f.read()

@@ -1,0 +1,40 @@
+"""Small Lightning programs shared by the tests."""
+
+import lightning as L
+import torch
+from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
+from torch.utils.data import DataLoader
+
+
+class TinyModel(BoringModel):
+    def train_dataloader(self):
+        return DataLoader(RandomDataset(32, 64), batch_size=2)
+
+    def val_dataloader(self):
+        return DataLoader(RandomDataset(32, 8), batch_size=2)
+
+
+def fit(profiler, tmp_path, max_steps=30, **trainer_kwargs):
+    trainer_kwargs.setdefault("limit_val_batches", 0)
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        profiler=profiler,
+        default_root_dir=str(tmp_path),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        **trainer_kwargs,
+    )
+    trainer.fit(TinyModel())
+    return trainer
+
+
+def cpu_op_names_between(trace, start_us, end_us):
+    return [
+        e["name"]
+        for e in trace["traceEvents"]
+        if e.get("cat") == "user_annotation" and start_us <= e["ts"] < end_us and "validation" in e["name"]
+    ]

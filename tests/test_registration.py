@@ -1,0 +1,85 @@
+"""``profiler="streamprof"`` works with no import of ours, in both Lightning distributions and the CLI."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_python(code, *args, cwd=None):
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True, text=True, timeout=300, cwd=cwd,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize("package", ["lightning.pytorch", "pytorch_lightning"])
+def test_trainer_resolves_name_without_import(package):
+    out = run_python(
+        f"""
+        import sys
+        from {package} import Trainer
+        assert "lightning_streamprof" not in sys.modules
+        trainer = Trainer(profiler="StreamProf", logger=False, accelerator="cpu")
+        print(type(trainer.profiler).__module__, type(trainer.profiler).__name__)
+        """
+    )
+    assert out.split() == ["lightning_streamprof.profiler", "StreamProfiler"]
+
+
+def test_other_names_keep_lightnings_behaviour():
+    out = run_python(
+        """
+        from lightning.pytorch import Trainer
+        from lightning.pytorch.utilities.exceptions import MisconfigurationException
+        print(type(Trainer(profiler="simple", logger=False).profiler).__name__)
+        try:
+            Trainer(profiler="nope", logger=False)
+        except MisconfigurationException as err:
+            print("error:", err)
+        """
+    )
+    first, second = out.strip().splitlines()
+    assert first == "SimpleProfiler"
+    assert second.startswith("error: When passing string value for the `profiler` parameter of `Trainer`")
+    assert "'simple', 'advanced', 'pytorch', 'xla'" in second
+
+
+CLI_SCRIPT = """
+import sys
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.demos.boring_classes import BoringModel
+cli = LightningCLI(BoringModel, run=False, args=sys.argv[1:], save_config_callback=None)
+p = cli.trainer.profiler
+print(type(p).__name__, p.schedule.every, p.schedule.active)
+"""
+
+
+def test_lightning_cli_flag():
+    out = run_python(CLI_SCRIPT, "--trainer.profiler=streamprof", "--trainer.logger=false")
+    assert out.split()[0] == "StreamProfiler"
+
+
+def test_lightning_cli_with_arguments():
+    out = run_python(
+        CLI_SCRIPT,
+        "--trainer.profiler=lightning_streamprof.StreamProfiler",
+        "--trainer.profiler.every=50",
+        "--trainer.profiler.active=4",
+        "--trainer.logger=false",
+    )
+    assert out.split() == ["StreamProfiler", "50", "4"]
+
+
+def test_console_script():
+    exe = os.path.join(os.path.dirname(sys.executable), "streamprof")
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("streamprof ")
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "profiler='streamprof'" in out.stdout

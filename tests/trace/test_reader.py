@@ -1,0 +1,52 @@
+import gzip
+
+import numpy as np
+import pytest
+from tracebuilder import TraceBuilder
+
+from lightning_streamprof.trace import Kind, TraceFormatError, read_trace
+
+
+def test_reads_plain_and_gzipped(tmp_path):
+    b = TraceBuilder(rank=3, world_size=4)
+    ext = b.op("aten::mm", ts=1000.5, dur=10.25)
+    b.kernel("gemm", ts=1002.0, dur=5.0, external_id=ext)
+    b.events.append({"ph": "M", "name": "process_name", "pid": 100, "args": {"name": "python"}})
+    for path in (b.write(tmp_path / "a.json.gz"), b.write(tmp_path / "a.json", compress=False)):
+        t = read_trace(str(path))
+        assert len(t) == 2  # metadata events are not events
+        assert list(t.kind) == [Kind.CPU_OP, Kind.KERNEL]
+        assert t.ts.tolist() == [1_000_500, 1_002_000] and t.dur.tolist() == [10_250, 5_000]
+        assert t.names[t.name[1]] == "gemm" and t.external_id.tolist() == [ext, ext]
+        assert t.metadata["distributedInfo"]["rank"] == 3
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"hello", "invalid JSON"),
+        (b'{"traceEvents": [{"ph": "X"', "truncated JSON"),
+        (b'{"foo": 1}', "not a Kineto trace"),
+        (gzip.compress(b'{"traceEvents": []}')[:-6], "corrupt or truncated gzip"),
+        (b"", "empty file"),
+    ],
+)
+def test_bad_files_name_file_and_reason(tmp_path, content, reason):
+    path = tmp_path / "bad.pt.trace.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(str(path))
+    message = str(err.value)
+    assert message.startswith(str(path)) and reason in message and "\n" not in message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TraceFormatError, match="no such file"):
+        read_trace(str(tmp_path / "nope.json"))
+
+
+def test_cpu_only_trace_has_no_device_events(tmp_path):
+    b = TraceBuilder()
+    b.op("aten::add", 0, 5)
+    t = read_trace(str(b.write(tmp_path / "cpu.json.gz")))
+    assert np.count_nonzero(t.kind == Kind.KERNEL) == 0
