@@ -9,35 +9,31 @@ import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from lightning_streamprof.analysis.operators import OperatorStats, top_operators
 from lightning_streamprof.storage import ensure_dir, write_atomic
-from lightning_streamprof.trace.reader import parse_trace
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class WindowResult:
-    """One exported window: where its trace is and what it says at a glance."""
+    """One exported window: which steps it recorded and where its trace is."""
 
     window: int
     first_step: int
     last_step: int
     path: str
     size_bytes: int
-    events: int
-    top_operators: tuple[OperatorStats, ...]
 
 
 class TraceExporter:
     """A single worker thread that turns locally saved Kineto traces into gzipped files at their target.
 
-    Every failure is a warning: the training run never sees an exception from here.
+    It only compresses and writes (zlib and file I/O release the GIL), so the training thread keeps
+    running. Every failure is a warning: the training run never sees an exception from here.
     """
 
-    def __init__(self, compress_level: int = 3, row_limit: int = 10) -> None:
+    def __init__(self, compress_level: int = 3) -> None:
         self.compress_level = compress_level
-        self.row_limit = row_limit
         self.results: list[WindowResult] = []
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamprof-export")
         self._pending: list[Future] = []
@@ -75,14 +71,5 @@ class TraceExporter:
         except Exception as err:  # noqa: BLE001
             warnings.warn(f"StreamProfiler: could not write {target}: {err}", stacklevel=2)
             return
-        try:
-            trace = parse_trace(raw, source=target)
-            ops = tuple(top_operators(trace, limit=self.row_limit))
-            events = len(trace)
-        except Exception as err:  # noqa: BLE001
-            warnings.warn(f"StreamProfiler: could not summarise {target}: {err}", stacklevel=2)
-            ops, events = (), 0
-        self.results.append(
-            WindowResult(window, steps[0], steps[1] - 1, target, len(raw), events, ops)
-        )
+        self.results.append(WindowResult(window, steps[0], steps[1] - 1, target, len(raw)))
         log.debug("streamprof: wrote %s (%d bytes)", target, len(raw))

@@ -56,7 +56,7 @@ class StreamProfiler(Profiler):
     (``N`` is the global batch index; validation inside a fit closes the open step and is not counted).
     When the window ends the trace is handed to a background thread, which gzips it, writes it as
     ``<dirpath>/<stage>-<time>/w<window>-step<first step>/rank<global rank>.<ns>.pt.trace.json.gz``
-    through a temporary name, and computes the window's top operators for :meth:`summary`.
+    through a temporary name; :meth:`summary` reads the traces back at the end of the stage.
     The files open in Perfetto, torch-tb-profiler and HTA (``distributedInfo`` is always present).
 
     Window placement: ``skip_first`` steps are never profiled; then a window starts every ``every``
@@ -184,7 +184,7 @@ class StreamProfiler(Profiler):
             stamp = trainer.strategy.broadcast(stamp)
         self._run_dir = join_path(str(base), f"{stage}-{stamp}")
         if self._exporter is None:
-            self._exporter = TraceExporter(compress_level=self.compress_level, row_limit=self.row_limit)
+            self._exporter = TraceExporter(compress_level=self.compress_level)
         self._exporter.check_writable(self._run_dir)
         self._window = self.schedule.window(0)
         self._window_warmup_start = self._window.warmup_start if self._window else math.inf
@@ -430,4 +430,4 @@ class StreamProfiler(Profiler):
         results = self.windows
         if not results:
             return "StreamProfiler: no window was recorded."
-        return render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds)
+        return render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds, row_limit=self.row_limit)

@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from lightning_streamprof.analysis.operators import top_operators
+from lightning_streamprof.trace.reader import TraceFormatError, read_trace
+
 if TYPE_CHECKING:
     from lightning_streamprof.exporter import WindowResult
 
@@ -16,8 +19,12 @@ def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def render_windows(results: list[WindowResult], rank: int = 0, overhead: float | None = None) -> str:
-    """One short table of top operators per window, plain text (no colour codes)."""
+def render_windows(
+    results: list[WindowResult], rank: int = 0, overhead: float | None = None, row_limit: int = 10
+) -> str:
+    """One short table of top operators per window, plain text (no colour codes).
+
+    The traces are read back here, at the end of a stage, so no parsing competes with training."""
     buf = io.StringIO()
     console = Console(file=buf, width=120, color_system=None, force_terminal=False)
     head = f"StreamProfiler: {len(results)} window(s) on rank {rank}"
@@ -25,13 +32,16 @@ def render_windows(results: list[WindowResult], rank: int = 0, overhead: float |
         head += f", measured profiling cost {overhead:.2f} s"
     console.print(head)
     for res in sorted(results, key=lambda r: r.window):
-        table = Table(
-            title=f"window {res.window}: steps {res.first_step}-{res.last_step}, {res.events} events\n{res.path}",
-            title_justify="left",
-        )
+        title = f"window {res.window}: steps {res.first_step}-{res.last_step}\n{res.path}"
+        try:
+            trace = read_trace(res.path)
+        except TraceFormatError as err:
+            console.print(f"{title}\n  trace unavailable: {err}")
+            continue
+        table = Table(title=f"{title} ({len(trace)} events)", title_justify="left")
         for col in ("operator", "calls", "host self ms", "host total ms", "device self ms"):
             table.add_column(col, justify="left" if col == "operator" else "right", overflow="fold")
-        for op in res.top_operators:
+        for op in top_operators(trace, limit=row_limit):
             table.add_row(op.name, str(op.calls), _ms(op.host_self_ns), _ms(op.host_total_ns), _ms(op.device_self_ns))
         console.print(table)
     return buf.getvalue().rstrip()
