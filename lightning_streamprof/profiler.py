@@ -47,6 +47,16 @@ def _ends_training_step(action: str) -> bool:
     )
 
 
+def _release(prof: Any, started: bool) -> None:
+    """End a Kineto session that was prepared (and maybe started); a prepared one must start to stop."""
+    try:
+        if not started:
+            prof.profiler._start_trace()
+        prof.stop_trace()
+    except Exception:  # noqa: BLE001 - best effort while recovering
+        log.debug("streamprof: could not release the profiler session", exc_info=True)
+
+
 class StreamProfiler(Profiler):
     r"""Records Kineto (``torch.profiler``) traces in sampled windows across the whole run.
 
@@ -336,16 +346,19 @@ class StreamProfiler(Profiler):
             prof.stop_trace()
             fd, local = tempfile.mkstemp(prefix="streamprof-", suffix=".pt.trace.json")
             os.close(fd)
-            prof.export_chrome_trace(local)
+            try:
+                prof.export_chrome_trace(local)
+            except BaseException:
+                os.remove(local)
+                raise
             offset = self._step_offset or 0
             window_dir = join_path(self._run_dir or ".", f"w{window.index:03d}-step{offset + window.start:07d}")
             target = join_path(window_dir, f"rank{self._global_rank}.{time.time_ns()}.pt.trace.json.gz")
             steps = (offset + window.start, offset + min(window.stop, self._next_step))
             assert self._exporter is not None
             self._exporter.submit(local, target, window=window.index, steps=steps)
-        else:  # the run ended during warm-up: nothing was recorded; release the prepared session
-            prof.start_trace()
-            prof.stop_trace()
+        else:  # the run ended during warm-up: nothing was recorded
+            _release(prof, started=False)
         del prof
         self._windows_done += 1
         self._tail_left = _COST_TAIL_STEPS
@@ -398,6 +411,7 @@ class StreamProfiler(Profiler):
         except Exception as err:  # noqa: BLE001 - never break the user's training run
             self._failed = True
             warnings.warn(f"StreamProfiler: profiling stopped after an error: {err!r}; training goes on", stacklevel=2)
+            was_recording = self._recording
             self._window = None
             self._window_warmup_start = math.inf
             self._watching = self._recording = False
@@ -405,10 +419,7 @@ class StreamProfiler(Profiler):
             self._open_ranges.clear()
             prof, self._prof = self._prof, None
             if prof is not None:
-                try:
-                    prof.stop_trace()
-                except Exception:  # noqa: BLE001
-                    pass
+                _release(prof, started=was_recording)
 
     # ------------------------------------------------------------------ results
 

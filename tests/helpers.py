@@ -14,11 +14,11 @@ class TinyModel(BoringModel):
         return DataLoader(RandomDataset(32, 8), batch_size=2)
 
 
-def fit(profiler, tmp_path, max_steps=30, **trainer_kwargs):
+def fit(profiler, tmp_path, max_steps=30, accelerator="cpu", **trainer_kwargs):
     trainer_kwargs.setdefault("limit_val_batches", 0)
     trainer = L.Trainer(
         max_steps=max_steps,
-        accelerator="cpu",
+        accelerator=accelerator,
         devices=1,
         profiler=profiler,
         default_root_dir=str(tmp_path),

@@ -84,10 +84,10 @@ def test_unwritable_dirpath_warns_and_training_finishes(tmp_path):
 
 
 def test_profiling_error_is_a_warning(tmp_path, monkeypatch):
-    def broken(self):
+    def broken(self, path):
         raise RuntimeError("kineto exploded")
 
-    monkeypatch.setattr(torch.profiler.profile, "start_trace", broken)
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", broken)
     prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=2, warmup=1, active=2, every=5)
     with pytest.warns(UserWarning, match="profiling stopped after an error.*kineto exploded"):
         trainer = fit(prof, tmp_path, max_steps=20)

@@ -1,6 +1,7 @@
 """``profiler="streamprof"`` works with no import of ours, in both Lightning distributions and the CLI."""
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -78,7 +79,8 @@ def test_lightning_cli_with_arguments():
 
 
 def test_console_script():
-    exe = os.path.join(os.path.dirname(sys.executable), "streamprof")
+    exe = shutil.which("streamprof", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+    assert exe, "the streamprof console script is not installed"
     out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("streamprof ")
     out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
