@@ -89,6 +89,7 @@ def main() -> None:
     p.add_argument("--active", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--image-size", type=int, default=256)
+    p.add_argument("--repeat", type=int, default=2, help="rounds; the settings alternate within each")
     p.add_argument("--child", action="store_true")
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -96,11 +97,13 @@ def main() -> None:
         print(json.dumps(measure(args)))
         return
     results = {}
-    for name, env in VARIANTS.items():
-        cmd = [sys.executable, __file__, "--child", "--windows", str(args.windows), "--active", str(args.active),
-               "--batch-size", str(args.batch_size), "--image-size", str(args.image_size)]
-        proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True)
-        results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+    for r in range(args.repeat):
+        names = list(VARIANTS) if r % 2 == 0 else list(VARIANTS)[::-1]
+        for name in names:
+            cmd = [sys.executable, __file__, "--child", "--windows", str(args.windows), "--active", str(args.active),
+                   "--batch-size", str(args.batch_size), "--image-size", str(args.image_size)]
+            proc = subprocess.run(cmd, env={**os.environ, **VARIANTS[name]}, capture_output=True, text=True, check=True)
+            results[f"{name} (round {r})"] = json.loads(proc.stdout.strip().splitlines()[-1])
     lines = ["| setting | base step ms | window cost ms (first / later) | prepare | warmup step | start | active steps | stop | export |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, r in results.items():
