@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--every", type=int, default=27, help="window spacing of the equivalent schedules")
     p.add_argument("--precision", default="32-true")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     p.add_argument(
         "--configs",
         default="none,pytorch-default,streamprof-default,pytorch-once,streamprof-once,pytorch-every,streamprof-every",
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tag", default=None, help="name of the result files (default: machine and date)")
     args = p.parse_args(argv)
     configs = args.configs.split(",")
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     run_once("none", argparse.Namespace(**{**vars(args), "steps": 30}))  # warm caches, cudnn autotune
     rows = []
@@ -140,6 +143,12 @@ def main(argv: list[str] | None = None) -> None:
         entry = {"config": name, "median_steps_per_s": statistics.median(vals), "runs": vals}
         if base:
             entry["vs_no_profiler"] = entry["median_steps_per_s"] / base
+            paired = [
+                x["steps_per_s"] / y["steps_per_s"]
+                for x in rows if x["config"] == name
+                for y in rows if y["config"] == "none" and y["round"] == x["round"]
+            ]
+            entry["paired_ratio_median"] = statistics.median(paired)
         wins = [x.get("windows") for x in rows if x["config"] == name and "windows" in x]
         if wins:
             entry["windows"] = wins
@@ -150,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         "machine": {"device": device, "host": platform.processor() or platform.machine(), "cpus": os.cpu_count()},
         "versions": {"torch": torch.__version__, "lightning": L.__version__, "python": platform.python_version()},
         "command": "python benchmarks/profiler_overhead.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-        "workload": {k: getattr(args, k) for k in ("steps", "rounds", "image_size", "batch_size", "width", "workers", "every", "precision")},
+        "workload": {k: getattr(args, k) for k in ("steps", "rounds", "image_size", "batch_size", "width", "workers", "every", "precision", "threads")},
         "summary": summary,
         "runs": rows,
     }
@@ -165,13 +174,16 @@ def main(argv: list[str] | None = None) -> None:
         f"torch {torch.__version__}, lightning {L.__version__}; {args.steps} steps per run, {args.rounds} rounds, "
         f"image {args.image_size}, batch {args.batch_size}, {args.workers} loader workers",
         "",
-        "| config | median steps/s | vs no profiler | runs | trace files per run |",
-        "| --- | ---: | ---: | --- | --- |",
+        "| config | median steps/s | vs no profiler (medians) | vs no profiler (median of per-round ratios) | runs | trace files per run |",
+        "| --- | ---: | ---: | ---: | --- | --- |",
     ]
     for e in summary:
         ratio = f"{e['vs_no_profiler']:.3f}x" if "vs_no_profiler" in e else ""
+        paired = f"{e['paired_ratio_median']:.3f}x" if "paired_ratio_median" in e else ""
         runs = ", ".join(f"{v:.1f}" for v in e["runs"])
-        lines.append(f"| {e['config']} | {e['median_steps_per_s']:.1f} | {ratio} | {runs} | {e.get('windows', '')} |")
+        lines.append(
+            f"| {e['config']} | {e['median_steps_per_s']:.1f} | {ratio} | {paired} | {runs} | {e.get('windows', '')} |"
+        )
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, f"profiler_overhead-{tag}.md"), "w") as f:
         f.write(text)
