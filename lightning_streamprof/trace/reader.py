@@ -60,11 +60,49 @@ _CATEGORIES = {
 }
 
 
-@dataclass(frozen=True)
-class EventTable:
-    """Columnar Kineto events. Times are integer nanoseconds; ids are -1 where absent.
+#: (column, dtype, fill) of every numeric column, in order
+COLUMNS: tuple[tuple[str, Any, Any], ...] = (
+    ("kind", np.int8, 0),
+    ("name", np.int32, 0),
+    ("ts", np.int64, 0),
+    ("dur", np.int64, 0),
+    ("pid", np.int64, -1),
+    ("tid", np.int64, -1),
+    ("external_id", np.int64, -1),
+    ("correlation", np.int64, -1),
+    ("device", np.int16, -1),
+    ("stream", np.int32, -1),
+    ("blocks_per_sm", np.float32, np.nan),
+    ("occupancy", np.float32, np.nan),
+    ("bytes", np.int64, 0),
+    ("total_allocated", np.int64, -1),
+    ("total_reserved", np.int64, -1),
+    ("device_type", np.int8, -1),
+    ("addr", np.int64, -1),
+    ("python_id", np.int64, -1),
+    ("python_parent_id", np.int64, -1),
+    ("shapes", np.int32, -1),
+)
 
-    ``name`` indexes ``names``; ``pid``/``tid`` are Kineto's (for device events: device and stream).
+
+@dataclass(frozen=True, eq=False)
+class EventTable:
+    """Columnar Kineto events (``"ph": "M"`` metadata events and flow arrows are left out).
+
+    Times are integer nanoseconds since Kineto's epoch. Integer ids are -1 and floats NaN where absent.
+
+    - ``kind``: :class:`Kind`; ``name``: index into ``names`` (``names`` also holds ``shapes`` strings).
+    - ``pid``/``tid``: Kineto's (host process/thread; for device events the device and the stream).
+    - ``external_id``: links an operator to the runtime calls and device activity it launched;
+      ``correlation``: links a runtime call to its kernel/memcpy/memset.
+    - ``device``/``stream``: of kernels, copies and sets; for ``[memory]`` events the device id when
+      ``device_type`` is 1 (CUDA), -1 for host memory.
+    - ``blocks_per_sm``, ``occupancy`` (fraction 0..1, from ``est. achieved occupancy %``): kernels only.
+    - ``bytes``: memory events (negative = free), copies and sets; ``total_allocated``/``total_reserved``,
+      ``addr``: memory events. ``python_id``/``python_parent_id``: ``with_stack`` frames.
+    - ``shapes``: index into ``names`` of the operator's ``Input Dims`` as compact JSON, -1 if not recorded.
+    - ``metadata``: every top-level key of the trace except ``traceEvents`` (``deviceProperties``,
+      ``distributedInfo``, ...).
     """
 
     source: str
@@ -77,24 +115,43 @@ class EventTable:
     tid: np.ndarray
     external_id: np.ndarray
     correlation: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    blocks_per_sm: np.ndarray
+    occupancy: np.ndarray
+    bytes: np.ndarray
+    total_allocated: np.ndarray
+    total_reserved: np.ndarray
+    device_type: np.ndarray
+    addr: np.ndarray
+    python_id: np.ndarray
+    python_parent_id: np.ndarray
+    shapes: np.ndarray
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
 
-    def select(self, kind: Kind) -> np.ndarray:
-        return np.flatnonzero(self.kind == kind)
+    def select(self, *kinds: Kind) -> np.ndarray:
+        """Row indices of the events of the given kinds."""
+        return np.flatnonzero(np.isin(self.kind, kinds)) if len(kinds) > 1 else np.flatnonzero(self.kind == kinds[0])
 
 
-def _as_int(value: Any) -> int:
+def _as_int(value: Any, default: int = -1) -> int:
+    if isinstance(value, bool):
+        return int(value)
     if isinstance(value, (int, float)):
         return int(value)
     if isinstance(value, str):
         try:
             return int(value)
         except ValueError:
-            return -1
-    return -1
+            return default
+    return default
+
+
+def _as_float(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
 
 
 def _decompress(raw: bytes, source: str) -> bytes:
@@ -117,46 +174,64 @@ def parse_trace(raw: bytes, source: str = "<bytes>") -> EventTable:
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceFormatError(source, "not a Kineto trace (no 'traceEvents' list)")
     events = doc["traceEvents"]
-    names: dict[str, int] = {}
+    strings: dict[str, int] = {}
     n = len(events)
-    kind = np.zeros(n, np.int8)
-    name = np.zeros(n, np.int32)
-    ts = np.zeros(n, np.int64)
-    dur = np.zeros(n, np.int64)
-    pid = np.full(n, -1, np.int64)
-    tid = np.full(n, -1, np.int64)
-    ext = np.full(n, -1, np.int64)
-    corr = np.full(n, -1, np.int64)
+    cols = {name: np.full(n, fill, dtype) for name, dtype, fill in COLUMNS}
+    kind, name, ts, dur = cols["kind"], cols["name"], cols["ts"], cols["dur"]
     row = 0
     for ev in events:
-        if not isinstance(ev, dict) or ev.get("ph") == "M":
+        if not isinstance(ev, dict):
+            continue
+        ph = ev.get("ph")
+        if ph == "M" or ph == "s" or ph == "f":
             continue
         cat = ev.get("cat")
-        kind[row] = _CATEGORIES.get(cat.lower(), Kind.OTHER) if isinstance(cat, str) else Kind.OTHER
+        k = _CATEGORIES.get(cat.lower(), Kind.OTHER) if isinstance(cat, str) else Kind.OTHER
+        if k == Kind.FLOW:
+            continue
+        kind[row] = k
         label = ev.get("name", "")
-        name[row] = names.setdefault(label if isinstance(label, str) else str(label), len(names))
-        ts[row] = round(float(ev.get("ts", 0)) * 1000)
-        dur[row] = round(float(ev.get("dur", 0)) * 1000)
-        pid[row] = _as_int(ev.get("pid"))
-        tid[row] = _as_int(ev.get("tid"))
+        name[row] = strings.setdefault(label if isinstance(label, str) else str(label), len(strings))
+        try:
+            ts[row] = round(float(ev.get("ts", 0)) * 1000)
+            dur[row] = round(float(ev.get("dur", 0)) * 1000)
+        except (TypeError, ValueError):
+            raise TraceFormatError(source, f"event {row} has a non-numeric 'ts' or 'dur'") from None
+        cols["pid"][row] = _as_int(ev.get("pid"))
+        cols["tid"][row] = _as_int(ev.get("tid"))
         args = ev.get("args")
         if isinstance(args, dict):
-            ext[row] = _as_int(args.get("External id", -1))
-            corr[row] = _as_int(args.get("correlation", -1))
+            cols["external_id"][row] = _as_int(args.get("External id"))
+            cols["correlation"][row] = _as_int(args.get("correlation"))
+            if k == Kind.MEMORY:
+                dtype = _as_int(args.get("Device Type"))
+                cols["device_type"][row] = dtype
+                cols["device"][row] = _as_int(args.get("Device Id")) if dtype == 1 else -1
+                cols["bytes"][row] = _as_int(args.get("Bytes"), 0)
+                cols["total_allocated"][row] = _as_int(args.get("Total Allocated"))
+                cols["total_reserved"][row] = _as_int(args.get("Total Reserved"))
+                cols["addr"][row] = _as_int(args.get("Addr"))
+            elif k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_USER_ANNOTATION):
+                cols["device"][row] = _as_int(args.get("device"), _as_int(ev.get("pid")))
+                cols["stream"][row] = _as_int(args.get("stream"), _as_int(ev.get("tid")))
+                cols["bytes"][row] = _as_int(args.get("bytes"), 0)
+                if k == Kind.KERNEL:
+                    cols["blocks_per_sm"][row] = _as_float(args.get("blocks per SM"))
+                    cols["occupancy"][row] = _as_float(args.get("est. achieved occupancy %")) / 100.0
+            elif k == Kind.PYTHON_FUNCTION:
+                cols["python_id"][row] = _as_int(args.get("Python id"))
+                cols["python_parent_id"][row] = _as_int(args.get("Python parent id"))
+            elif k == Kind.CPU_OP:
+                dims = args.get("Input Dims")
+                if dims is not None:
+                    cols["shapes"][row] = strings.setdefault(orjson.dumps(dims).decode(), len(strings))
         row += 1
-    metadata = {k: v for k, v in doc.items() if k != "traceEvents"}
+    metadata = {key: value for key, value in doc.items() if key != "traceEvents"}
     return EventTable(
         source=source,
-        names=tuple(names),
-        kind=kind[:row],
-        name=name[:row],
-        ts=ts[:row],
-        dur=dur[:row],
-        pid=pid[:row],
-        tid=tid[:row],
-        external_id=ext[:row],
-        correlation=corr[:row],
+        names=tuple(strings),
         metadata=metadata,
+        **{key: col[:row] for key, col in cols.items()},
     )
 
 

@@ -50,3 +50,25 @@ def test_cpu_only_trace_has_no_device_events(tmp_path):
     b.op("aten::add", 0, 5)
     t = read_trace(str(b.write(tmp_path / "cpu.json.gz")))
     assert np.count_nonzero(t.kind == Kind.KERNEL) == 0
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent.parent / "fixtures" / "traces"
+
+
+def test_real_h200_traces():
+    for path in sorted(FIXTURES.glob("*.pt.trace.json.gz")):
+        t = read_trace(str(path))
+        kernels = t.select(Kind.KERNEL)
+        assert kernels.size > 100, path.name
+        assert np.all(t.device[kernels] == 0) and np.all(t.stream[kernels] >= 0)
+        assert np.all((t.occupancy[kernels] >= 0) & (t.occupancy[kernels] <= 1) | np.isnan(t.occupancy[kernels]))
+        assert t.metadata["deviceProperties"][0]["name"] == "NVIDIA H200"
+        runtime_corr = set(t.correlation[t.select(Kind.RUNTIME)].tolist())
+        assert set(t.correlation[kernels].tolist()) <= runtime_corr  # every kernel has its launch
+        steps = [t.names[i] for i in t.name[t.select(Kind.USER_ANNOTATION)] if t.names[i].startswith("ProfilerStep#")]
+        assert steps == ["ProfilerStep#12", "ProfilerStep#13"]
+    memory = read_trace(str(FIXTURES / "frozen_backbone_memory_stack.pt.trace.json.gz"))
+    mem = memory.select(Kind.MEMORY)
+    assert mem.size > 0 and memory.total_allocated[mem].max() > 0
+    assert memory.select(Kind.PYTHON_FUNCTION).size > 1000
+    assert (memory.shapes >= 0).sum() > 0
