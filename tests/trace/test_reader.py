@@ -63,7 +63,7 @@ def test_real_h200_traces():
         assert np.all(t.device[kernels] == 0) and np.all(t.stream[kernels] >= 0)
         assert np.all((t.occupancy[kernels] >= 0) & (t.occupancy[kernels] <= 1) | np.isnan(t.occupancy[kernels]))
         assert t.metadata["deviceProperties"][0]["name"] == "NVIDIA H200"
-        runtime_corr = set(t.correlation[t.select(Kind.RUNTIME)].tolist())
+        runtime_corr = set(t.correlation[t.select(Kind.RUNTIME, Kind.DRIVER)].tolist())
         assert set(t.correlation[kernels].tolist()) <= runtime_corr  # every kernel has its launch
         steps = [t.names[i] for i in t.name[t.select(Kind.USER_ANNOTATION)] if t.names[i].startswith("ProfilerStep#")]
         assert steps == ["ProfilerStep#12", "ProfilerStep#13"]
