@@ -1,12 +1,39 @@
-"""Sampled Kineto profiling, trace analysis and CUDA-stream pipelining for PyTorch Lightning."""
+"""Sampled Kineto profiling, trace analysis and CUDA-stream pipelining for PyTorch Lightning.
+
+Names are imported on first use, so trace analysis (``analyze``, ``read_trace``) runs without importing
+torch or Lightning.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-from lightning_streamprof._lightning import register as _register
-from lightning_streamprof.profiler import StreamProfiler
-from lightning_streamprof.schedule import WindowSchedule
-from lightning_streamprof.trace import TraceFormatError, read_trace
+_EXPORTS = {
+    "StreamProfiler": "lightning_streamprof.profiler",
+    "WindowSchedule": "lightning_streamprof.schedule",
+    "read_trace": "lightning_streamprof.trace",
+    "TraceFormatError": "lightning_streamprof.trace",
+    "analyze": "lightning_streamprof.api",
+}
 
-_register()
+__all__ = [*_EXPORTS, "__version__"]
 
-__all__ = ["StreamProfiler", "TraceFormatError", "WindowSchedule", "__version__", "read_trace"]
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lightning_streamprof' has no attribute {name!r}")
+    if name == "StreamProfiler":
+        from lightning_streamprof._lightning import register
+
+        register()
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

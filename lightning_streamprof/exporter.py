@@ -8,8 +8,10 @@ import os
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from lightning_streamprof.storage import ensure_dir, write_atomic
+from lightning_streamprof.window_analysis import AnalysisError, AnalysisWorker
 
 log = logging.getLogger(__name__)
 
@@ -23,18 +25,24 @@ class WindowResult:
     last_step: int
     path: str
     size_bytes: int
+    global_step: int = 0
+    analysis: dict[str, Any] | None = None
 
 
 class TraceExporter:
     """A single worker thread that turns locally saved Kineto traces into gzipped files at their target.
 
-    It only compresses and writes (zlib and file I/O release the GIL), so the training thread keeps
-    running. Every failure is a warning: the training run never sees an exception from here.
+    It only compresses and writes (zlib and file I/O release the GIL); the analysis runs in a worker
+    process (:mod:`lightning_streamprof.window_analysis`), so the training thread keeps running. Analysed
+    windows are also appended to ``ready`` for the training thread to log. Every failure is a warning:
+    the training run never sees an exception from here.
     """
 
-    def __init__(self, compress_level: int = 3) -> None:
+    def __init__(self, compress_level: int = 3, analyze: bool = True) -> None:
         self.compress_level = compress_level
         self.results: list[WindowResult] = []
+        self.ready: list[WindowResult] = []
+        self._worker = AnalysisWorker() if analyze else None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamprof-export")
         self._pending: list[Future] = []
 
@@ -46,30 +54,46 @@ class TraceExporter:
             warnings.warn(f"StreamProfiler: cannot write traces to {directory}: {err}", stacklevel=3)
             return False
 
-    def submit(self, local_path: str, target: str, *, window: int, steps: tuple[int, int]) -> None:
-        self._pending.append(self._pool.submit(self._export, local_path, target, window, steps))
+    def submit(
+        self, local_path: str, target: str, *, window: int, steps: tuple[int, int], global_step: int = 0
+    ) -> None:
+        self._pending.append(self._pool.submit(self._export, local_path, target, window, steps, global_step))
 
     def wait(self) -> None:
         pending, self._pending = self._pending, []
         for future in pending:
             future.result()
 
-    def _export(self, local_path: str, target: str, window: int, steps: tuple[int, int]) -> None:
+    def close(self) -> None:
+        self.wait()
+        if self._worker is not None:
+            self._worker.close()
+
+    def _export(self, local_path: str, target: str, window: int, steps: tuple[int, int], global_step: int) -> None:
         try:
             with open(local_path, "rb") as f:
                 raw = f.read()
-        except OSError as err:
-            warnings.warn(f"StreamProfiler: trace of window {window} was not saved ({err})", stacklevel=2)
-            return
-        finally:
-            try:
-                os.remove(local_path)
-            except OSError:
-                pass
-        try:
             write_atomic(target, gzip.compress(raw, compresslevel=self.compress_level, mtime=0))
         except Exception as err:  # noqa: BLE001
             warnings.warn(f"StreamProfiler: could not write {target}: {err}", stacklevel=2)
+            _remove(local_path)
             return
-        self.results.append(WindowResult(window, steps[0], steps[1] - 1, target, len(raw)))
+        analysis = None
+        if self._worker is not None:
+            try:
+                analysis = self._worker.analyze(local_path)
+            except AnalysisError as err:
+                warnings.warn(f"StreamProfiler: could not analyse window {window}: {err}", stacklevel=2)
+        _remove(local_path)
+        result = WindowResult(window, steps[0], steps[1] - 1, target, len(raw), global_step, analysis)
+        self.results.append(result)
+        if analysis is not None:
+            self.ready.append(result)
         log.debug("streamprof: wrote %s (%d bytes)", target, len(raw))
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

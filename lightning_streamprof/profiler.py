@@ -19,6 +19,7 @@ from lightning.pytorch.profilers import Profiler
 from typing_extensions import override
 
 from lightning_streamprof.exporter import TraceExporter, WindowResult
+from lightning_streamprof.report.metrics import headline_metrics
 from lightning_streamprof.report.summary import render_windows
 from lightning_streamprof.schedule import Phase, Window, WindowSchedule
 from lightning_streamprof.storage import join_path
@@ -99,6 +100,9 @@ class StreamProfiler(Profiler):
         activities: ``"cpu"``/``"cuda"`` to trace; default CPU plus CUDA when available.
         compress_level: gzip level of the written traces (1 fastest .. 9 smallest).
         row_limit: Operators per window shown by :meth:`summary`.
+        analyze: Analyse each window in a worker process and log its headline numbers
+            (``streamprof/gpu_utilization``, ``streamprof/sm_efficiency``, ``streamprof/achieved_occupancy``,
+            ``streamprof/step_ms`` and ``streamprof/step_ms/<category>``) through the Trainer's loggers.
 
     Raises:
         ValueError: At construction, for a schedule that cannot work (e.g. ``active=0``).
@@ -127,6 +131,7 @@ class StreamProfiler(Profiler):
         activities: list[Literal["cpu", "cuda"]] | None = None,
         compress_level: int = 3,
         row_limit: int = 10,
+        analyze: bool = True,
     ) -> None:
         super().__init__(dirpath=dirpath, filename=filename)
         if every is None and max_overhead is None:
@@ -145,6 +150,7 @@ class StreamProfiler(Profiler):
         self.activities = activities
         self.compress_level = compress_level
         self.row_limit = row_limit
+        self.analyze = analyze
         self._user_dirpath = dirpath
         self._exporter: TraceExporter | None = None
         self._reset_run_state(stage=None)
@@ -194,7 +200,7 @@ class StreamProfiler(Profiler):
             stamp = trainer.strategy.broadcast(stamp)
         self._run_dir = join_path(str(base), f"{stage}-{stamp}")
         if self._exporter is None:
-            self._exporter = TraceExporter(compress_level=self.compress_level)
+            self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze)
         self._exporter.check_writable(self._run_dir)
         self._window = self.schedule.window(0)
         self._window_warmup_start = self._window.warmup_start if self._window else math.inf
@@ -214,16 +220,37 @@ class StreamProfiler(Profiler):
     @override
     def teardown(self, stage: str | None) -> None:
         self._finish()
+        if getattr(self, "_exporter", None) is not None:
+            self._exporter.close()  # stops the analysis worker; a later stage starts a new one
         super().teardown(stage)
 
     def _finish(self) -> None:
-        """Close the open step, export a partly recorded window, wait for pending exports."""
+        """Close the open step, export a partly recorded window, wait for pending exports, log them."""
         if getattr(self, "_prof", None) is not None:
             self._guarded(self._close_step)
             if self._prof is not None:
                 self._guarded(self._end_window)
         if getattr(self, "_exporter", None) is not None:
             self._exporter.wait()
+            if self._exporter.ready:
+                self._log_ready(save=True)
+
+    def _log_ready(self, save: bool = False) -> None:
+        """Log analysed windows through the Trainer's loggers (on the training thread)."""
+        exporter = self._exporter
+        assert exporter is not None
+        ready, exporter.ready = exporter.ready, []
+        trainer = self._trainer()
+        loggers = list(getattr(trainer, "loggers", []) or []) if trainer is not None else []
+        for result in ready:
+            metrics = headline_metrics(result.analysis or {})
+            for logger in loggers:
+                try:
+                    logger.log_metrics(metrics, step=result.global_step)
+                    if save:
+                        logger.save()
+                except Exception as err:  # noqa: BLE001
+                    warnings.warn(f"StreamProfiler: could not log window metrics: {err}", stacklevel=2)
 
     # ------------------------------------------------------------------ hot path
 
@@ -248,6 +275,8 @@ class StreamProfiler(Profiler):
                 stack.pop().__exit__(None, None, None)
 
     def _on_step_boundary(self) -> None:
+        if self._exporter is not None and self._exporter.ready:
+            self._log_ready()
         now = time.perf_counter()
         step = self._next_step
         self._next_step = step + 1
@@ -355,8 +384,10 @@ class StreamProfiler(Profiler):
             window_dir = join_path(self._run_dir or ".", f"w{window.index:03d}-step{offset + window.start:07d}")
             target = join_path(window_dir, f"rank{self._global_rank}.{time.time_ns()}.pt.trace.json.gz")
             steps = (offset + window.start, offset + min(window.stop, self._next_step))
+            trainer = self._trainer()
+            global_step = int(getattr(trainer, "global_step", 0)) if trainer is not None else 0
             assert self._exporter is not None
-            self._exporter.submit(local, target, window=window.index, steps=steps)
+            self._exporter.submit(local, target, window=window.index, steps=steps, global_step=global_step)
         else:  # the run ended during warm-up: nothing was recorded
             _release(prof, started=False)
         del prof

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -17,6 +17,28 @@ if TYPE_CHECKING:
 
 def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f}"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def headline_lines(analysis: dict[str, Any]) -> list[str]:
+    """GPU metrics, the mean step breakdown and the recommendations of one analysed window."""
+    lines = []
+    for gpu in analysis.get("gpu") or []:
+        lines.append(
+            f"  cuda:{gpu['device']}: GPU utilization {_pct(gpu.get('utilization'))}, "
+            f"Est. SM efficiency {_pct(gpu.get('sm_efficiency'))}, "
+            f"Est. achieved occupancy {_pct(gpu.get('achieved_occupancy'))}"
+        )
+    steps = analysis.get("steps") or {}
+    if steps.get("count"):
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in (steps.get("breakdown_ms") or {}).items() if v >= 0.005)
+        lines.append(f"  step {steps['mean_ms']:.2f} ms (mean of {steps['count']}): {parts}")
+    for rec in analysis.get("recommendations") or []:
+        lines.append(f"  -> {rec['message']}")
+    return lines
 
 
 def render_windows(
@@ -38,7 +60,10 @@ def render_windows(
         except TraceFormatError as err:
             console.print(f"{title}\n  trace unavailable: {err}")
             continue
-        table = Table(title=f"{title} ({len(trace)} events)", title_justify="left")
+        console.print(f"{title} ({len(trace)} events)")
+        for line in headline_lines(res.analysis or {}):
+            console.print(line, markup=False, highlight=False)
+        table = Table()
         for col in ("operator", "calls", "host self ms", "host total ms", "device self ms"):
             table.add_column(col, justify="left" if col == "operator" else "right", overflow="fold")
         for op in top_operators(trace, limit=row_limit):
