@@ -1,4 +1,4 @@
-"""Per-operator host and device time."""
+"""Per-operator host and device time, optionally grouped by input shapes."""
 
 from __future__ import annotations
 
@@ -6,15 +6,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lightning_streamprof.analysis._links import DEVICE_KINDS, Nesting, group, launching_ops, thread_keys
 from lightning_streamprof.trace.reader import EventTable, Kind
 
 
 @dataclass(frozen=True)
 class OperatorStats:
-    """Totals for one operator name. Times in nanoseconds.
+    """Totals for one operator name (and input shapes, when grouped by them). Times in nanoseconds.
 
     ``host_self_ns`` excludes child operators on the same thread; ``device_self_ns`` is the time of the
-    kernels, copies and memsets that the operator itself launched (linked by Kineto's ``External id``).
+    kernels, copies and memsets that the operator itself launched (linked by Kineto's ``External id``);
+    ``device_total_ns`` adds those launched by its child operators.
     """
 
     name: str
@@ -22,65 +24,70 @@ class OperatorStats:
     host_total_ns: int
     host_self_ns: int
     device_self_ns: int
+    device_total_ns: int = 0
+    input_shapes: str | None = None
 
 
 def self_times(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
     """Each interval's length minus its direct children's lengths (nesting per thread)."""
-    out = ends - starts
-    order = np.lexsort((-(ends - starts), starts, threads))
-    stack: list[int] = []
-    last_thread = None
-    for i in order.tolist():
-        thread = threads[i]
-        if thread != last_thread:
-            stack.clear()
-            last_thread = thread
-        start = starts[i]
-        while stack and ends[stack[-1]] <= start:
-            stack.pop()
-        if stack:
-            out[stack[-1]] -= ends[i] - starts[i]
-        stack.append(i)
+    return Nesting(starts, ends, threads).self_lengths()
+
+
+def operator_nesting(table: EventTable) -> tuple[np.ndarray, Nesting]:
+    """CPU operator rows and their per-thread nesting."""
+    ops = table.select(Kind.CPU_OP)
+    starts = table.ts[ops]
+    return ops, Nesting(starts, starts + table.dur[ops], thread_keys(table, ops))
+
+
+def device_self_times(table: EventTable, ops: np.ndarray) -> np.ndarray:
+    """Per operator row in ``ops``: time of the device work it launched itself."""
+    out = np.zeros(ops.size, np.int64)
+    dev = table.select(*DEVICE_KINDS)
+    owner = launching_ops(table, dev)
+    hit = owner >= 0
+    if hit.any():
+        pos = np.searchsorted(ops, owner[hit])
+        np.add.at(out, pos, table.dur[dev[hit]])
     return out
 
 
-def operator_stats(table: EventTable) -> list[OperatorStats]:
-    """Statistics for every CPU operator name, sorted by host self time, largest first."""
-    ops = table.select(Kind.CPU_OP)
+def operator_stats(table: EventTable, by_shapes: bool = False) -> list[OperatorStats]:
+    """Statistics for every CPU operator name (and input shapes with ``by_shapes``), by host + device self time."""
+    ops, nest = operator_nesting(table)
     if ops.size == 0:
         return []
-    starts = table.ts[ops]
-    ends = starts + table.dur[ops]
-    threads = table.pid[ops] * (1 << 32) + table.tid[ops]
-    self_ns = self_times(starts, ends, threads)
-    names = table.name[ops]
-    n_names = len(table.names)
-    calls = np.bincount(names, minlength=n_names)
-    total = np.bincount(names, weights=table.dur[ops], minlength=n_names)
-    host_self = np.bincount(names, weights=self_ns, minlength=n_names)
-
-    device = np.zeros(n_names)
-    dev_rows = np.flatnonzero(np.isin(table.kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)) & (table.external_id >= 0))
-    if dev_rows.size:
-        op_ext = table.external_id[ops]
-        valid = op_ext >= 0
-        ext_sorted = np.argsort(op_ext[valid], kind="stable")
-        keys = op_ext[valid][ext_sorted]
-        owner = names[valid][ext_sorted]
-        pos = np.searchsorted(keys, table.external_id[dev_rows])
-        pos_ok = pos < keys.size
-        hit = np.zeros(dev_rows.size, bool)
-        hit[pos_ok] = keys[pos[pos_ok]] == table.external_id[dev_rows][pos_ok]
-        np.add.at(device, owner[pos[hit]], table.dur[dev_rows][hit])
-
-    used = np.flatnonzero(calls)
+    host_self = nest.self_lengths()
+    dev_self = device_self_times(table, ops)
+    dev_total = nest.subtree_sums(dev_self)
+    names = table.name[ops].astype(np.int64)
+    shapes = table.shapes[ops].astype(np.int64) if by_shapes else np.full(ops.size, -1, np.int64)
+    combined, groups = group(names * (len(table.names) + 1) + (shapes + 1))
+    keys = np.stack([combined // (len(table.names) + 1), combined % (len(table.names) + 1) - 1], axis=1)
+    n = keys.shape[0]
+    calls = np.bincount(groups, minlength=n)
+    sums = [np.bincount(groups, weights=w, minlength=n) for w in (table.dur[ops], host_self, dev_self, dev_total)]
     stats = [
-        OperatorStats(table.names[i], int(calls[i]), int(total[i]), int(host_self[i]), int(device[i])) for i in used
+        OperatorStats(
+            table.names[keys[g, 0]],
+            int(calls[g]),
+            *(int(round(s[g])) for s in sums[:3]),
+            device_total_ns=int(round(sums[3][g])),
+            input_shapes=table.names[keys[g, 1]] if keys[g, 1] >= 0 else None,
+        )
+        for g in range(n)
     ]
-    stats.sort(key=lambda s: (-(s.host_self_ns + s.device_self_ns), s.name))
+    stats.sort(key=lambda s: (-(s.host_self_ns + s.device_self_ns), s.name, s.input_shapes or ""))
     return stats
 
 
-def top_operators(table: EventTable, limit: int = 10) -> list[OperatorStats]:
+def top_operators(table: EventTable, limit: int = 10, by_shapes: bool = False) -> list[OperatorStats]:
     """The ``limit`` operators with the most host + device self time."""
-    return operator_stats(table)[:limit]
+    return operator_stats(table, by_shapes)[:limit]
+
+
+def source_lines(table: EventTable, limit: int = 20):
+    """Operator time by innermost user-code Python frame; see :func:`.source.source_lines`."""
+    from lightning_streamprof.analysis.source import source_lines as _source_lines
+
+    return _source_lines(table, limit)

@@ -1,0 +1,185 @@
+"""Recommendations: torch-tb-profiler's rules and thresholds, with the numbers and the expected gain.
+
+==========================  ==========================================================================
+id                          rule
+==========================  ==========================================================================
+``dataloader``              DataLoader > 5% of the mean step
+``communication``           communication > 10% of the mean step
+``low_gpu_utilization``     GPU utilization < 50% on a device
+``tensor_cores``            TC-eligible operators' kernels run without Tensor Cores (compute capability >= 7):
+                            no Tensor Core kernel at all (torch-tb-profiler's rule), or over half of the
+                            eligible kernel time without them
+``memory``                  peak allocated > 90% of ``totalGlobalMem``
+``stream_pipeline``         ``on_after_batch_transfer`` or a frozen module's forward > 10% of the mean step
+==========================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lightning_streamprof.analysis import intervals as iv
+from lightning_streamprof.analysis.gpu import GpuMetrics, device_properties
+from lightning_streamprof.analysis.kernels import TensorCoreUse
+from lightning_streamprof.analysis.memory import MemoryStats
+from lightning_streamprof.analysis.steps import StepBreakdown, name_mask
+from lightning_streamprof.trace.reader import EventTable, Kind
+
+DATALOADER_SHARE = 0.05
+COMMUNICATION_SHARE = 0.10
+LOW_UTILIZATION = 0.50
+MEMORY_SHARE = 0.90
+PIPELINE_SHARE = 0.10
+
+_HOOK = re.compile(r"^\[pl\]\[profile\]\[LightningModule\].*\.on_after_batch_transfer$")
+_FROZEN = re.compile(r"backbone|frozen|encoder", re.IGNORECASE)
+_LIGHTNING_MODULE = re.compile(r"^\[pl\]\[profile\]\[LightningModule\](\w+)\.")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One finding: a stable ``id``, a message for people and the numbers behind it."""
+
+    id: str
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def _ms(ns: float) -> float:
+    return round(float(ns) / 1e6, 3)
+
+
+def _pct(x: float) -> float:
+    return round(float(x) * 100, 1)
+
+
+def _per_step_ns(table: EventTable, rows: np.ndarray, breakdown: StepBreakdown) -> float:
+    """Mean per step of the merged time of ``rows`` inside the steps."""
+    if rows.size == 0 or breakdown.count == 0:
+        return 0.0
+    merged = iv.merge(table.ts[rows], table.ts[rows] + table.dur[rows])
+    lo = np.array([s.step.start_ns for s in breakdown.steps])
+    hi = np.array([s.step.end_ns for s in breakdown.steps])
+    return float(iv.integrate(*merged, None, lo, hi).mean())
+
+
+def _pipeline(table: EventTable, breakdown: StepBreakdown) -> list[Recommendation]:
+    step = breakdown.mean_step_ns
+    if step <= 0:
+        return []
+    host = table.select(Kind.USER_ANNOTATION, Kind.CPU_OP)
+    found = []
+    hooks = host[name_mask(table, host, _HOOK.match)]
+    frames = table.select(Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
+    modules = {m.group(1) for n in table.names if (m := _LIGHTNING_MODULE.match(n))}
+
+    def is_frozen(name: str) -> bool:
+        module = name.split("nn.Module: ", 1)[-1].rsplit("_", 1)[0] if "nn.Module:" in name else None
+        return module is not None and module not in modules and bool(_FROZEN.search(module))
+
+    frozen = frames[name_mask(table, frames, is_frozen)]
+    for what, rows in (("on_after_batch_transfer", hooks), ("frozen module forward", frozen)):
+        ns = _per_step_ns(table, rows, breakdown)
+        if ns / step > PIPELINE_SHARE:
+            found.append(
+                Recommendation(
+                    "stream_pipeline",
+                    f"{what} takes {_ms(ns)} ms per step ({_pct(ns / step)}% of the step). "
+                    "lightning_streamprof.StreamPipeline can run it for the next batch on a side CUDA stream "
+                    f"while the current batch trains, saving up to {_ms(ns)} ms/step ({_pct(ns / step)}%).",
+                    {"what": what, "ms_per_step": _ms(ns), "share": ns / step,
+                     "names": sorted({table.names[i] for i in table.name[rows]})[:5]},
+                )
+            )
+    return found
+
+
+def recommend(
+    table: EventTable,
+    breakdown: StepBreakdown,
+    gpus: list[GpuMetrics],
+    tensor_cores: TensorCoreUse,
+    memory: MemoryStats,
+) -> list[Recommendation]:
+    """All findings for a trace."""
+    out: list[Recommendation] = []
+    step = breakdown.mean_step_ns
+    mean = breakdown.mean_ns
+    if step > 0:
+        loader = mean["dataloader"] / step
+        if loader > DATALOADER_SHARE:
+            out.append(
+                Recommendation(
+                    "dataloader",
+                    f"This run has high time cost on input data loading. {_pct(loader)}% of the step time "
+                    f"({_ms(mean['dataloader'])} ms of {_ms(step)} ms) is in DataLoader. You could try to set "
+                    "num_workers on DataLoader's construction and enable multi-processes on data loading; "
+                    f"removing the wait saves up to {_ms(mean['dataloader'])} ms/step ({_pct(loader)}%).",
+                    {"dataloader_ms": _ms(mean["dataloader"]), "step_ms": _ms(step), "share": loader,
+                     "saving_ms_per_step": _ms(mean["dataloader"])},
+                )
+            )
+        comm = mean["communication"] / step
+        if comm > COMMUNICATION_SHARE:
+            out.append(
+                Recommendation(
+                    "communication",
+                    f"This run has high time cost on communication. {_pct(comm)}% of the step time is in "
+                    "communication. You could try Gradient Compression or Gradient Accumulation or increase "
+                    "the batch size. Note: Gradient accumulation will increase global effective batch size, "
+                    "which may hurt model convergence and accuracy.",
+                    {"communication_ms": _ms(mean["communication"]), "step_ms": _ms(step), "share": comm},
+                )
+            )
+    low = [g for g in gpus if g.utilization < LOW_UTILIZATION]
+    if low:
+        ids = ", ".join(str(g.device) for g in low)
+        idle = [g.span_ns - g.kernel_ns for g in low]
+        out.append(
+            Recommendation(
+                "low_gpu_utilization",
+                f"GPU {ids} {'has' if len(low) == 1 else 'have'} low utilization "
+                f"({', '.join(f'{_pct(g.utilization)}%' for g in low)}). You could try to increase batch size "
+                "to improve. Note: Increasing batch size may affect the speed and stability of model convergence.",
+                {"devices": [g.device for g in low], "utilization": [g.utilization for g in low],
+                 "idle_ms": [_ms(i) for i in idle]},
+            )
+        )
+    props = device_properties(table)
+    majors = [p.get("computeMajor") for p in props.values() if p.get("computeMajor") is not None]
+    tc = tensor_cores
+    eligible_without = tc.eligible_without_tc_ns / tc.eligible_kernel_ns if tc.eligible_kernel_ns else 0.0
+    if majors and max(majors) >= 7 and tc.eligible_kernel_ns > 0 and (tc.tc_kernel_ns == 0 or eligible_without > 0.5):
+        per_step = tc.eligible_without_tc_ns / max(breakdown.count, 1)
+        out.append(
+            Recommendation(
+                "tensor_cores",
+                f"Kernels with {round(tc.eligible_share * 100)}% time are launched by Tensor Cores eligible "
+                f"operators, {_pct(eligible_without)}% of it without Tensor Cores. You could enable Automatic "
+                "Mixed Precision (Lightning: precision='bf16-mixed') to speed up "
+                f"{_ms(per_step)} ms/step of kernels.",
+                {"tc_share": tc.tc_share, "eligible_share": tc.eligible_share,
+                 "eligible_without_tc_ms_per_step": _ms(per_step)},
+            )
+        )
+    for dev in memory.devices:
+        total = props.get(dev.device_id, {}).get("totalGlobalMem") if dev.device != "CPU" else None
+        if total and dev.peak_allocated_bytes > MEMORY_SHARE * total:
+            share = dev.peak_allocated_bytes / total
+            out.append(
+                Recommendation(
+                    "memory",
+                    f"Device memory usage is at the limit of device memory capacity ({_pct(share)}% of "
+                    f"{total / 1024 ** 3:.1f}GB on {dev.device}). To get better value of your GPU or to use larger "
+                    "batch size for training, please refer to Gradient Checkpoint or Automatic Mixed Precision.",
+                    {"device": dev.device, "peak_allocated_bytes": dev.peak_allocated_bytes, "total_memory": int(total),
+                     "share": share},
+                )
+            )
+            break
+    out.extend(_pipeline(table, breakdown))
+    return out

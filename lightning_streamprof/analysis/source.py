@@ -1,0 +1,82 @@
+"""Operator time by source line: the innermost user-code Python frame around each operator (``with_stack``)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from lightning_streamprof.analysis._links import Nesting, group, thread_keys
+from lightning_streamprof.analysis.operators import device_self_times, operator_nesting
+from lightning_streamprof.trace.reader import EventTable, Kind
+
+#: top-level packages whose frames are library code, not the user's
+LIBRARY_PACKAGES: frozenset[str] = frozenset({
+    "torch", "torchvision", "torchaudio", "torchmetrics", "lightning", "lightning_fabric", "pytorch_lightning",
+    "lightning_utilities", "lightning_streamprof", "numpy", "typing_extensions", "triton", "tqdm", "fsspec",
+    "importlib_metadata", "packaging", "pkg_resources", "setuptools", "_pytest", "pluggy", "kornia", "PIL",
+})
+
+_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.+)$")
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    """Operator self time attributed to one user-code line. ``share`` is of all operators' self time."""
+
+    file: str
+    line: int
+    function: str
+    host_self_ns: int
+    device_self_ns: int
+    share: float
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def is_user_frame(name: str) -> bool:
+    """Whether a ``python_function`` name (``path/file.py(123): fn``) is user code."""
+    match = _FRAME.match(name)
+    if not match:
+        return False
+    path = match["file"].replace("\\", "/")
+    if path.startswith("<") or "site-packages/" in path or "dist-packages/" in path:
+        return False
+    top = path.split("/", 1)[0]
+    module = top[:-3] if top.endswith(".py") else top
+    return module not in LIBRARY_PACKAGES and module not in sys.stdlib_module_names
+
+
+def source_lines(table: EventTable, limit: int = 20) -> list[SourceLine]:
+    """The ``limit`` user-code lines with the most operator host + device self time (empty without stacks)."""
+    frames = table.select(Kind.PYTHON_FUNCTION)
+    if frames.size == 0:
+        return []
+    user = frames[np.fromiter((is_user_frame(n) for n in table.names), bool, len(table.names))[table.name[frames]]]
+    ops, op_nest = operator_nesting(table)
+    if user.size == 0 or ops.size == 0:
+        return []
+    starts = table.ts[user]
+    frame_nest = Nesting(starts, starts + table.dur[user], thread_keys(table, user))
+    owner = frame_nest.enclosing(table.ts[ops], thread_keys(table, ops))
+    host_self = op_nest.self_lengths()
+    dev_self = device_self_times(table, ops)
+    grand = float(host_self.sum() + dev_self.sum())
+    hit = owner >= 0
+    codes, groups = group(table.name[user[owner[hit]]])
+    host = np.bincount(groups, weights=host_self[hit], minlength=codes.size)
+    dev = np.bincount(groups, weights=dev_self[hit], minlength=codes.size)
+    out = []
+    for g, code in enumerate(codes.tolist()):
+        m = _FRAME.match(table.names[code])
+        assert m is not None
+        out.append(
+            SourceLine(m["file"], int(m["line"]), m["function"], int(host[g]), int(dev[g]),
+                       float((host[g] + dev[g]) / grand) if grand > 0 else 0.0)
+        )
+    out.sort(key=lambda s: (-(s.host_self_ns + s.device_self_ns), s.file, s.line))
+    return out[:limit]

@@ -1,0 +1,143 @@
+import json
+
+import numpy as np
+import pytest
+from handbuilt import US, build
+from tracebuilder import TraceBuilder
+
+from lightning_streamprof.analysis import analyze_table
+from lightning_streamprof.analysis.memory import downsample, memory_stats
+
+
+def test_memory_by_operator_by_hand():
+    """GPU0: mm gets +1000 and +500; linear (outside mm) -1000, so its total is +500 with 1500 B in 2 allocations;
+    add +4000; the -10 free outside any operator belongs to no operator. CPU: add +64."""
+    mem = memory_stats(build().table())
+    ops = {(m.device, m.name): m for m in mem.operators}
+    mm = ops[("GPU0", "aten::mm")]
+    assert (mm.self_increase_bytes, mm.self_allocation_bytes, mm.self_allocations) == (1500, 1500, 2)
+    assert (mm.increase_bytes, mm.allocation_bytes, mm.allocations, mm.calls) == (1500, 1500, 2, 1)
+    lin = ops[("GPU0", "aten::linear")]
+    assert (lin.self_increase_bytes, lin.self_allocation_bytes, lin.self_allocations) == (-1000, 0, 0)
+    assert (lin.increase_bytes, lin.allocation_bytes, lin.allocations) == (500, 1500, 2)
+    add = ops[("GPU0", "aten::add")]
+    assert (add.self_increase_bytes, add.increase_bytes, add.allocations) == (4000, 4000, 1)
+    cpu = ops[("CPU", "aten::add")]
+    assert (cpu.self_increase_bytes, cpu.self_allocation_bytes, cpu.self_allocations) == (64, 64, 1)
+    assert set(ops) == {("GPU0", "aten::mm"), ("GPU0", "aten::linear"), ("GPU0", "aten::add"), ("CPU", "aten::add")}
+
+
+def test_memory_peaks_and_curve():
+    mem = memory_stats(build().table())
+    gpu = next(d for d in mem.devices if d.device == "GPU0")
+    assert (gpu.peak_allocated_bytes, gpu.peak_reserved_bytes, gpu.device_id) == (4500, 6000, 0)
+    assert [p[1] for p in gpu.curve] == [1000, 1500, 500, 4490, 4500]  # time order: the free at 101 precedes 111
+    assert gpu.curve[0][0] == 15 * US
+    assert mem.peak(0) == 4500 and mem.peak(1) is None
+    cpu = next(d for d in mem.devices if d.device == "CPU")
+    assert cpu.peak_allocated_bytes == 64
+
+
+def test_downsample_keeps_peak_and_ends():
+    n = 10_000
+    ts = np.arange(n, dtype=np.int64)
+    alloc = (np.sin(ts / 300.0) * 1000 + 2000).astype(np.int64)
+    alloc[4321] = 10**6
+    curve = downsample(ts, alloc, alloc, max_points=200)
+    assert len(curve) <= 200
+    assert (4321, 10**6, 10**6) in curve
+    assert curve[0][0] == 0 and curve[-1][0] == n - 1
+    assert [p[0] for p in curve] == sorted(p[0] for p in curve)
+
+
+def test_no_memory_events():
+    mem = memory_stats(TraceBuilder().table())
+    assert mem.devices == () and mem.operators == ()
+
+
+def _ids(analysis):
+    return {r.id: r for r in analysis.recommendations}
+
+
+def test_recommendations_on_handbuilt_trace():
+    """DataLoader: (8 + 0 + 6) / 3 µs of a (105 + 125 + 20) / 3 µs mean step = 5.6% > 5%. Device 1 is 8% busy.
+    Eligible kernels without TC: 70 of 110 µs > 50%. Peak 4500 B > 90% of 4800 B. Communication 4% < 10%."""
+    rec = _ids(analyze_table(build().table()))
+    assert set(rec) == {"dataloader", "low_gpu_utilization", "tensor_cores", "memory"}
+    assert rec["dataloader"].evidence["share"] == pytest.approx(14 / 250)
+    assert rec["dataloader"].evidence["saving_ms_per_step"] == pytest.approx(round(14 / 3 / 1000, 3))
+    assert rec["low_gpu_utilization"].evidence["devices"] == [1]
+    assert rec["memory"].evidence["share"] == pytest.approx(4500 / 4800)
+    assert rec["tensor_cores"].evidence["eligible_share"] == pytest.approx(110 / 200)
+    assert "5.6% of the step time" in rec["dataloader"].message
+
+
+def test_communication_and_pipeline_recommendations():
+    """Step [0,100): nccl:all_reduce op [5,8) + its kernel [10,30) = 23% communication; the after-batch-transfer
+    hook [40,55) = 15%;
+    the frozen backbone's forward [60,72) = 12%; the LightningModule itself (named like a backbone) is not
+    taken for a frozen module."""
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    op = b.op("nccl:all_reduce", 5, 3)
+    b.launch("ncclDevKernel_AllReduce", 6, 10, 20, op, blocks=1.0, occupancy=0.5)
+    b.annotation("[pl][profile][LightningModule]BackboneModel.on_after_batch_transfer", 40, 15)
+    b.frame("nn.Module: BackboneModel_0", 58, 40)
+    b.frame("nn.Module: FrozenEncoder_0", 60, 12)
+    rec = analyze_table(b.table()).recommendations
+    ids = [r.id for r in rec]
+    assert "communication" in ids and ids.count("stream_pipeline") == 2
+    comm = next(r for r in rec if r.id == "communication")
+    assert comm.evidence["share"] == pytest.approx(0.23)
+    hook, frozen = (r for r in rec if r.id == "stream_pipeline")
+    assert hook.evidence["what"] == "on_after_batch_transfer" and hook.evidence["share"] == pytest.approx(0.15)
+    assert frozen.evidence["names"] == ["nn.Module: FrozenEncoder_0"]
+    assert frozen.evidence["share"] == pytest.approx(0.12)
+    assert "StreamPipeline" in hook.message
+
+
+def test_tensor_core_rule_of_tb_profiler():
+    """No Tensor Core kernel at all while an eligible operator launched kernels on a compute-capability-8 GPU."""
+    b = TraceBuilder()
+    b.device_properties({"id": 0, "totalGlobalMem": 10**12, "computeMajor": 8})
+    b.step(1, 0, 100)
+    op = b.op("aten::conv2d", 1, 90)
+    b.launch("implicit_convolve_sgemm", 2, 5, 90, op, blocks=2.0, occupancy=0.5)
+    rec = _ids(analyze_table(b.table()))
+    assert "tensor_cores" in rec and "low_gpu_utilization" not in rec
+    assert rec["tensor_cores"].evidence["tc_share"] == 0.0
+
+
+def test_to_json_contract():
+    out = analyze_table(build().table()).to_json()
+    json.dumps(out, allow_nan=False)
+    keys = {"device", "utilization", "sm_efficiency", "achieved_occupancy"}
+    assert len(out["gpu"]) == 2 and all(set(g) >= keys for g in out["gpu"])
+    steps = out["steps"]
+    assert steps["count"] == 3 and steps["mean_ms"] == pytest.approx(250 / 3 / 1000)
+    assert set(steps["breakdown_ms"]) == {"kernel", "memcpy", "memset", "communication", "runtime", "dataloader",
+                                          "cpu_exec", "other"}
+    assert sum(steps["breakdown_ms"].values()) == pytest.approx(steps["mean_ms"])
+    assert {"kernels", "operators", "memory", "recommendations", "source_lines"} <= set(out)
+    assert all(set(r) == {"id", "message", "evidence"} for r in out["recommendations"])
+    assert out["gpu"][0]["utilization"] == pytest.approx(0.64)
+
+
+def test_merge_results_of_two_traces():
+    from lightning_streamprof.analysis import merge_results
+
+    one = analyze_table(build().table()).to_json()
+    one["trace"] = {"path": "a", "rank": 0}
+    two = analyze_table(build().table()).to_json()
+    two["trace"] = {"path": "b", "rank": 1}
+    merged = merge_results([one, two])
+    json.dumps(merged, allow_nan=False)
+    assert merged["steps"]["count"] == 6
+    assert merged["steps"]["mean_ms"] == pytest.approx(one["steps"]["mean_ms"])
+    assert [g["rank"] for g in merged["gpu"]] == [0, 0, 1, 1]
+    gemm = merged["kernels"][0]
+    assert gemm["calls"] == 4 and gemm["total_ns"] == 240 * US
+    assert gemm["occupancy"] == pytest.approx(one["kernels"][0]["occupancy"])
+    mm = next(o for o in merged["operators"] if o["name"] == "aten::mm")
+    assert mm["calls"] == 2 and mm["device_self_ns"] == 220 * US
+    assert len(merged["recommendations"]) == 2 * len(one["recommendations"])

@@ -1,0 +1,57 @@
+import glob
+import json
+import os
+
+import pytest
+
+from lightning_streamprof.analysis import analyze_table
+from lightning_streamprof.trace import read_trace
+
+TRACES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "traces")
+
+
+def _analysis(name):
+    return analyze_table(read_trace(os.path.join(TRACES, f"{name}.pt.trace.json.gz")))
+
+
+@pytest.mark.parametrize(
+    "path", sorted(glob.glob(os.path.join(TRACES, "*.pt.trace.json.gz"))), ids=os.path.basename
+)
+def test_sanity(path):
+    analysis = analyze_table(read_trace(path))
+    out = analysis.to_json()
+    text = json.dumps(out, allow_nan=False)
+    assert json.loads(text)["steps"]["count"] == 2  # the GPU copies of ProfilerStep#N are not steps
+    for g in out["gpu"]:
+        for key in ("utilization", "sm_efficiency", "achieved_occupancy"):
+            assert 0.0 <= g[key] <= 1.0
+    for row in analysis.steps.steps:
+        assert abs(sum(row.parts.values()) - row.step.duration_ns) <= 1
+        assert row.step.device_events > 0
+    assert out["steps"]["breakdown_ms"]["kernel"] > 0 and out["steps"]["breakdown_ms"]["dataloader"] > 0
+    assert analysis.kernels and analysis.operators
+    assert all(op.device_total_ns >= op.device_self_ns for op in analysis.operators)
+    assert 0.0 <= analysis.tensor_cores.tc_share <= 1.0
+
+
+def test_bf16_uses_tensor_cores():
+    analysis = _analysis("frozen_backbone_bf16")
+    assert analysis.tensor_cores.tc_share > 0
+    assert any(k.tensor_cores and k.name.startswith(("nvjet", "sm90_xmma")) for k in analysis.kernels)
+
+
+def test_memory_and_source_lines_with_stack():
+    analysis = _analysis("frozen_backbone_memory_stack")
+    peak = analysis.memory.peak(0)
+    assert peak is not None and peak > 0
+    gpu = next(d for d in analysis.memory.devices if d.device == "GPU0")
+    assert max(p[1] for p in gpu.curve) == gpu.peak_allocated_bytes and len(gpu.curve) <= 300
+    assert analysis.memory.operators
+    assert analysis.source_lines
+    assert all(not s.file.startswith(("torch/", "lightning/")) for s in analysis.source_lines)
+    assert 0 < sum(s.share for s in analysis.source_lines) <= 1.0 + 1e-9
+
+
+def test_without_memory_or_stack():
+    analysis = _analysis("frozen_backbone")
+    assert analysis.memory.devices == () and analysis.source_lines == ()
