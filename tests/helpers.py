@@ -16,6 +16,7 @@ class TinyModel(BoringModel):
 
 def fit(profiler, tmp_path, max_steps=30, accelerator="cpu", **trainer_kwargs):
     trainer_kwargs.setdefault("limit_val_batches", 0)
+    trainer_kwargs.setdefault("logger", False)
     trainer = L.Trainer(
         max_steps=max_steps,
         accelerator=accelerator,
@@ -25,7 +26,7 @@ def fit(profiler, tmp_path, max_steps=30, accelerator="cpu", **trainer_kwargs):
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        logger=False,
+
         **trainer_kwargs,
     )
     trainer.fit(TinyModel())
