@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "StreamProfiler": "lightning_streamprof.profiler",
+    "StreamPipeline": "lightning_streamprof.pipeline",
     "WindowSchedule": "lightning_streamprof.schedule",
     "read_trace": "lightning_streamprof.trace",
     "TraceFormatError": "lightning_streamprof.trace",

@@ -1,0 +1,363 @@
+"""StreamPipeline: prepare batch N+1 on a side CUDA stream while batch N trains."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable, Literal
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch import nn
+from typing_extensions import override
+
+from lightning_streamprof.pipeline.auto import AutoSwitch
+from lightning_streamprof.pipeline.backbone import (
+    BackboneProxy,
+    check_frozen,
+    default_batch_input,
+    find_batch_input,
+    frozen_children,
+    resolve_backbone,
+)
+from lightning_streamprof.pipeline.fetcher import restore_class, staging_class
+from lightning_streamprof.pipeline.staging import StagedBatch, pin
+
+log = logging.getLogger(__name__)
+_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+def _replace_input(batch: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
+    if batch is old:
+        return new
+    if isinstance(batch, tuple):
+        return type(batch)(*(new if b is old else b for b in batch)) if hasattr(batch, "_fields") else tuple(
+            new if b is old else b for b in batch
+        )
+    if isinstance(batch, list):
+        return [new if b is old else b for b in batch]
+    if isinstance(batch, dict):
+        return type(batch)({k: (new if v is old else v) for k, v in batch.items()})
+    raise ValueError("StreamPipeline: `augment` needs a batch that is a tensor, a sequence or a mapping")
+
+
+class StreamPipeline(Callback):
+    r"""Overlaps the next batch's host-to-device copy, GPU augmentation and frozen-backbone forward with the
+    current training step, on a side CUDA stream. ``training_step`` stays unchanged.
+
+    For batch N+1, while batch N trains: the batch is pinned and copied on the side stream, the module's or
+    datamodule's ``on_after_batch_transfer`` (where Lightning users put GPU augmentation) and ``augment``
+    run there, then the frozen backbone's forward. The training stream waits for that work with an event and
+    takes the memory over with ``record_stream``. The hooks do not run again for that batch on Lightning's
+    normal path. The backbone's ``forward`` is replaced (instance attribute; the state dict is unchanged) by
+    a proxy that returns the staged output when called with the staged input tensor and computes normally
+    for any other input, so results are always correct.
+
+    Results equal serial training when the augmentation draws from its own generator (the transforms of
+    :mod:`lightning_streamprof.transforms` take one) and the hooks do not use the global RNG: running batch
+    N+1's hook before batch N's step changes the order in which the global RNG is consumed.
+
+    ``mode="auto"`` times serial and pipelined steps after ``warmup`` steps (``trial`` steps each) and keeps
+    the faster (pipelined only if more than 1% faster), measuring again every ``recheck`` steps. On CPU the
+    same logic runs in order without streams (``auto`` then stays serial). :meth:`report` explains what was
+    done; the decision is logged as ``streampipe/pipelined`` and ``streampipe/gain``.
+
+    Args:
+        backbone: Frozen submodule to run ahead (dotted name or module). ``None`` finds a frozen child module
+            called with a tensor of the batch; ``False`` runs no backbone ahead.
+        augment: Callable applied to the batch's input tensor after ``on_after_batch_transfer``, in
+            training only (serial or pipelined).
+        mode: ``"auto"``, ``"on"`` or ``"off"``.
+        backbone_input: Callable picking the backbone's input from the batch (default: found on the first
+            batch, else the first tensor of the batch).
+        pin_memory: Pin host tensors before the copy (needed for an asynchronous copy).
+
+    Raises:
+        ValueError: At ``setup``, for a backbone with trainable parameters, an unknown submodule or mode.
+
+    Example::
+
+        trainer = Trainer(callbacks=[StreamPipeline(backbone="encoder")])
+    """
+
+    def __init__(
+        self,
+        backbone: str | nn.Module | None | Literal[False] = None,
+        augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        mode: Literal["auto", "on", "off"] = "auto",
+        backbone_input: Callable[[Any], torch.Tensor] | None = None,
+        pin_memory: bool = True,
+        warmup: int = 20,
+        trial: int = 30,
+        recheck: int = 1000,
+    ) -> None:
+        if mode not in ("auto", "on", "off"):
+            raise ValueError(f"StreamPipeline: `mode` must be 'auto', 'on' or 'off', got {mode!r}")
+        self.backbone_spec = backbone
+        self.augment = augment
+        self.mode = mode
+        self.backbone_input = backbone_input
+        self.pin_memory = pin_memory
+        self._auto_args = dict(warmup=warmup, trial=trial, recheck=recheck)
+        self._trainer: Trainer | None = None
+        self._proxy: BackboneProxy | None = None
+        self._backbone_name: str | None = None
+        self._probe_hooks: list[Any] = []
+        self._stream: torch.cuda.Stream | None = None
+        self._cuda = False
+        self._slot: StagedBatch | None = None
+        self._delivered: Any = None
+        self._exhausted = False
+        self._orig_batch_hook: Callable[..., Any] | None = None
+        self._auto: AutoSwitch | None = None
+        self.staged_batches = 0
+        self.serial_batches = 0
+
+    # ------------------------------------------------------------------ set-up
+
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        if self.backbone_spec not in (None, False):
+            self._backbone_name, module = resolve_backbone(pl_module, self.backbone_spec)  # type: ignore[arg-type]
+            check_frozen(self._backbone_name, module)
+
+    @override
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._trainer = trainer
+        device = trainer.strategy.root_device
+        self._cuda = device.type == "cuda"
+        if self._cuda:
+            self._stream = torch.cuda.Stream(device=device)
+            self._stream.wait_stream(torch.cuda.current_stream(device))
+        elif self.mode != "off":
+            rank_zero_info("StreamPipeline: no CUDA device; batches are staged in order, without streams.")
+        sync = (lambda: torch.cuda.synchronize(device)) if self._cuda else (lambda: None)
+        self._auto = AutoSwitch(sync=sync, **self._auto_args) if self.mode == "auto" and self._cuda else None
+        if self._backbone_name is not None:
+            self._install_proxy(pl_module.get_submodule(self._backbone_name))
+        elif self.backbone_spec is None:
+            self._probe_backbones(pl_module)
+        self._orig_batch_hook = pl_module._call_batch_hook
+        pl_module._call_batch_hook = self._call_batch_hook  # type: ignore[method-assign]
+
+    def _install_proxy(self, module: nn.Module) -> None:
+        if module.training:
+            rank_zero_warn(
+                f"StreamPipeline: backbone {self._backbone_name!r} is in training mode; its staged forward runs in"
+                " that mode (BatchNorm statistics, dropout). Call `.eval()` on it for identical results."
+            )
+        self._proxy = BackboneProxy(module)
+        if self.backbone_input is None:
+            self._probe_input(module)
+
+    def _probe_input(self, module: nn.Module) -> None:
+        def hook(mod: nn.Module, args: tuple) -> None:
+            if self.backbone_input is None and self._delivered_probe is not None and args:
+                self.backbone_input = find_batch_input(self._delivered_probe, args[0])
+
+        self._delivered_probe: Any = None
+        self._probe_hooks.append(module.register_forward_pre_hook(hook))
+
+    def _probe_backbones(self, pl_module: LightningModule) -> None:
+        """Watch the frozen children on the first batch; the first called with a batch tensor is the backbone."""
+        self._delivered_probe = None
+        for name, child in frozen_children(pl_module):
+
+            def hook(mod: nn.Module, args: tuple, name: str = name) -> None:
+                if self._proxy is not None or self._delivered_probe is None or not args:
+                    return
+                getter = find_batch_input(self._delivered_probe, args[0])
+                if getter is not None:
+                    self._backbone_name, self.backbone_input = name, getter
+                    self._install_proxy(mod)
+
+            self._probe_hooks.append(child.register_forward_pre_hook(hook))
+
+    @override
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        fetcher = trainer.fit_loop._data_fetcher
+        if fetcher is None:
+            return
+        if type(fetcher).__name__.endswith("DataLoaderIterDataFetcher"):
+            rank_zero_warn("StreamPipeline: a `training_step` that takes `dataloader_iter` is not pipelined.")
+            return
+        fetcher.__class__ = staging_class(type(fetcher))
+        fetcher._pipeline = self
+        self.on_epoch_iter(fetcher)
+
+    @override
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._probe_hooks:
+            self._delivered_probe = batch
+
+    @override
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._probe_hooks:
+            for handle in self._probe_hooks:
+                handle.remove()
+            self._probe_hooks.clear()
+            self._delivered_probe = None
+            if self._proxy is None and self.backbone_spec is None:
+                rank_zero_info("StreamPipeline: no frozen child module takes the batch input; no backbone runs ahead.")
+
+    @override
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        fetcher = trainer.fit_loop._data_fetcher
+        if fetcher is not None:
+            restore_class(fetcher)
+        if self._orig_batch_hook is not None:
+            pl_module.__dict__.pop("_call_batch_hook", None)
+            self._orig_batch_hook = None
+        if self._proxy is not None:
+            self._proxy.remove()
+        self._slot = self._delivered = None
+        self._log_decision(final=True)
+
+    # ------------------------------------------------------------------ the batch path
+
+    def on_epoch_iter(self, fetcher: Any) -> None:
+        """A new iterator: nothing staged from the previous one may be delivered."""
+        self._slot = None
+        self._exhausted = False
+
+    def _call_batch_hook(self, hook_name: str, *args: Any) -> Any:
+        if args and args[0] is self._delivered and hook_name in _TRANSFER_HOOKS:
+            return args[0]  # already transferred and augmented while the previous batch trained
+        assert self._orig_batch_hook is not None
+        out = self._orig_batch_hook(hook_name, *args)
+        if hook_name == "on_after_batch_transfer" and self.augment is not None and self._trainer is not None:
+            if self._trainer.training:
+                x = default_batch_input(out)
+                out = _replace_input(out, x, self.augment(x))
+        return out
+
+    def next_batch(self, fetcher: Any, base_next: Callable[[Any], Any]) -> Any:
+        """Batch N for the loop; batch N+1 staged before returning. Hooks run in batch order."""
+        pipelining = self._want_pipelining()
+        staged, self._slot = self._slot, None
+        if staged is None:
+            item = base_next(fetcher)  # (batch, batch_idx, dataloader_idx); Lightning's fetch action
+            self._exhausted = fetcher.done
+            if not pipelining:
+                self._delivered = None
+                self.serial_batches += 1
+                return item
+            staged = self._stage_item(item)  # batch N's hooks run before batch N+1's
+            batch = staged.hand_over()
+        else:
+            fetcher._start_profiler()  # the loop's fetch of batch N: waiting for its staging
+            try:
+                batch = staged.hand_over()
+            finally:
+                fetcher._stop_profiler()
+        self._delivered = batch
+        if self._proxy is not None:
+            self._proxy.serve(staged.backbone_input, staged.backbone_output)
+        self.staged_batches += 1
+        exhausted = self._exhausted
+        fetcher.done = exhausted
+        if pipelining and not exhausted and self._next_allowed():
+            self._stage_next(fetcher, base_next)
+        return (batch, *staged.index)
+
+    def _want_pipelining(self) -> bool:
+        if self.mode == "off":
+            return False
+        if self._auto is not None:
+            return self._auto.step()
+        return self.mode == "on"
+
+    def _next_allowed(self) -> bool:
+        """Stage batch N+1 only if the loop will train on it (no batch is prepared and then dropped)."""
+        trainer = self._trainer
+        assert trainer is not None
+        loop = trainer.fit_loop
+        ready = loop.epoch_loop.batch_progress.current.ready  # batches before N in this epoch
+        if ready + 2 > trainer.num_training_batches:
+            return False
+        return not (loop.max_steps >= 0 and loop.max_steps - trainer.global_step < 2)
+
+    def _stage_next(self, fetcher: Any, base_next: Callable[[Any], Any]) -> None:
+        trainer = self._trainer
+        assert trainer is not None
+        start, stop = fetcher._start_profiler, fetcher._stop_profiler
+        fetcher._start_profiler = fetcher._stop_profiler = _nothing  # not a step of its own
+        try:
+            with trainer.profiler.profile("[StreamPipeline].stage_next_batch"):
+                item = base_next(fetcher)
+                self._exhausted = fetcher.done
+                self._slot = self._stage_item(item)
+            fetcher.done = False
+        except StopIteration:
+            fetcher.done = True
+        finally:
+            fetcher._start_profiler, fetcher._stop_profiler = start, stop
+
+    def _stage_item(self, item: tuple) -> StagedBatch:
+        staged = self._stage(item[0])
+        staged.index = tuple(item[1:])
+        return staged
+
+    def _stage(self, raw: Any) -> StagedBatch:
+        trainer = self._trainer
+        assert trainer is not None and self._orig_batch_hook is not None
+        batch = trainer.precision_plugin.convert_input(raw)
+        if self._cuda and self.pin_memory:
+            batch = pin(batch)
+        stream_ctx = torch.cuda.stream(self._stream) if self._cuda else contextlib.nullcontext()
+        with stream_ctx:
+            batch = self._orig_batch_hook("on_before_batch_transfer", batch, 0)
+            batch = trainer.strategy.batch_to_device(batch, dataloader_idx=0)
+            staged = StagedBatch(batch)
+            if self._proxy is not None:
+                getter = self.backbone_input or default_batch_input
+                x = getter(batch)
+                with trainer.precision_plugin.forward_context():
+                    staged.backbone_output = self._proxy.compute(x)
+                staged.backbone_input = x
+            if self._cuda:
+                staged.ready = torch.cuda.Event()
+                staged.ready.record(self._stream)
+        return staged
+
+    # ------------------------------------------------------------------ explanation
+
+    @property
+    def pipelined(self) -> bool:
+        if self.mode == "auto":
+            return self._auto is not None and self._auto.pipelined
+        return self.mode == "on"
+
+    def report(self) -> str:
+        """What the pipeline did, with the measurements behind its decision."""
+        where = "CUDA streams" if self._cuda else "no CUDA device: in order, without streams"
+        lines = [f"StreamPipeline ({self.mode}, {where}): {self.staged_batches} batches staged ahead,"
+                 f" {self.serial_batches} fetched serially"]
+        if self._backbone_name is not None:
+            hits = self._proxy.hits if self._proxy else 0
+            misses = self._proxy.misses if self._proxy else 0
+            lines.append(f"  backbone {self._backbone_name!r}: {hits} staged outputs used, {misses} computed in the step")
+        if self._auto is not None:
+            for m in self._auto.history:
+                lines.append(
+                    f"  measured: serial {m.serial_ms:.3f} ms/step, pipelined {m.pipelined_ms:.3f} ms/step"
+                    f" ({100 * m.gain:+.1f}%) -> {'pipelined' if m.gain > self._auto.margin else 'serial'}"
+                )
+        return "\n".join(lines)
+
+    def _log_decision(self, final: bool = False) -> None:
+        if self._auto is None or not self._auto.history or self._trainer is None:
+            return
+        m = self._auto.history[-1]
+        metrics = {"streampipe/pipelined": float(self._auto.pipelined), "streampipe/gain": m.gain}
+        for logger in self._trainer.loggers:
+            logger.log_metrics(metrics, step=self._trainer.global_step)
+        if final:
+            rank_zero_info(self.report())
+
+
+def _nothing() -> None:
+    pass
