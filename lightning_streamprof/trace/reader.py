@@ -1,140 +1,33 @@
-"""Kineto JSON -> :class:`EventTable` (numpy columns), with one clear error for anything else."""
+"""Kineto JSON -> :class:`EventTable` (numpy columns), with one clear error for anything else.
+
+Traces are read in chunks of events decoded by typed msgspec structs, so memory stays near the size of the
+table rather than of the document. Anything the chunked reader does not recognise (another layout, odd value
+types, broken data) is read again by :func:`parse_document`, which handles any JSON and words the errors.
+"""
 
 from __future__ import annotations
 
-import enum
 import gzip
 import zlib
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
+import fsspec
 import numpy as np
 import orjson
 
 from lightning_streamprof.storage import read_bytes
+from lightning_streamprof.trace import blocks
+from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind, TraceFormatError
 
+try:
+    from lightning_streamprof.trace.chunked import read_chunked
+except ImportError:  # pragma: no cover - msgspec missing: every trace takes the whole-document reader
+    read_chunked = None
 
-class TraceFormatError(ValueError):
-    """A file that is not a readable Kineto trace; the message names the file and the reason."""
+__all__ = ["COLUMNS", "EventTable", "Kind", "TraceFormatError", "parse_document", "parse_trace", "read_trace"]
 
-    def __init__(self, source: str, reason: str) -> None:
-        super().__init__(f"{source}: {reason}")
-        self.source = source
-        self.reason = reason
-
-
-class Kind(enum.IntEnum):
-    """Event kinds, from Kineto's ``cat`` field (torch 1.x capitalised names included)."""
-
-    OTHER = 0
-    CPU_OP = 1
-    USER_ANNOTATION = 2
-    GPU_USER_ANNOTATION = 3
-    PYTHON_FUNCTION = 4
-    RUNTIME = 5
-    DRIVER = 6
-    KERNEL = 7
-    MEMCPY = 8
-    MEMSET = 9
-    MEMORY = 10
-    FLOW = 11
-
-
-_CATEGORIES = {
-    "cpu_op": Kind.CPU_OP,
-    "operator": Kind.CPU_OP,
-    "user_annotation": Kind.USER_ANNOTATION,
-    "gpu_user_annotation": Kind.GPU_USER_ANNOTATION,
-    "python_function": Kind.PYTHON_FUNCTION,
-    "cuda_runtime": Kind.RUNTIME,
-    "runtime": Kind.RUNTIME,
-    "cuda_driver": Kind.DRIVER,
-    "kernel": Kind.KERNEL,
-    "gpu_memcpy": Kind.MEMCPY,
-    "memcpy": Kind.MEMCPY,
-    "gpu_memset": Kind.MEMSET,
-    "memset": Kind.MEMSET,
-    "cpu_instant_event": Kind.MEMORY,
-    "ac2g": Kind.FLOW,
-    "fwdbwd": Kind.FLOW,
-}
-
-
-#: (column, dtype, fill) of every numeric column, in order
-COLUMNS: tuple[tuple[str, Any, Any], ...] = (
-    ("kind", np.int8, 0),
-    ("name", np.int32, 0),
-    ("ts", np.int64, 0),
-    ("dur", np.int64, 0),
-    ("pid", np.int64, -1),
-    ("tid", np.int64, -1),
-    ("external_id", np.int64, -1),
-    ("correlation", np.int64, -1),
-    ("device", np.int16, -1),
-    ("stream", np.int32, -1),
-    ("blocks_per_sm", np.float32, np.nan),
-    ("occupancy", np.float32, np.nan),
-    ("bytes", np.int64, 0),
-    ("total_allocated", np.int64, -1),
-    ("total_reserved", np.int64, -1),
-    ("device_type", np.int8, -1),
-    ("addr", np.int64, -1),
-    ("python_id", np.int64, -1),
-    ("python_parent_id", np.int64, -1),
-    ("shapes", np.int32, -1),
-)
-
-
-@dataclass(frozen=True, eq=False)
-class EventTable:
-    """Columnar Kineto events (``"ph": "M"`` metadata events and flow arrows are left out).
-
-    Times are integer nanoseconds since Kineto's epoch. Integer ids are -1 and floats NaN where absent.
-
-    - ``kind``: :class:`Kind`; ``name``: index into ``names`` (``names`` also holds ``shapes`` strings).
-    - ``pid``/``tid``: Kineto's (host process/thread; for device events the device and the stream).
-    - ``external_id``: links an operator to the runtime calls and device activity it launched;
-      ``correlation``: links a runtime call to its kernel/memcpy/memset.
-    - ``device``/``stream``: of kernels, copies and sets; for ``[memory]`` events the device id when
-      ``device_type`` is 1 (CUDA), -1 for host memory.
-    - ``blocks_per_sm``, ``occupancy`` (fraction 0..1, from ``est. achieved occupancy %``): kernels only.
-    - ``bytes``: memory events (negative = free), copies and sets; ``total_allocated``/``total_reserved``,
-      ``addr``: memory events. ``python_id``/``python_parent_id``: ``with_stack`` frames.
-    - ``shapes``: index into ``names`` of the operator's ``Input Dims`` as compact JSON, -1 if not recorded.
-    - ``metadata``: every top-level key of the trace except ``traceEvents`` (``deviceProperties``,
-      ``distributedInfo``, ...).
-    """
-
-    source: str
-    names: tuple[str, ...]
-    kind: np.ndarray
-    name: np.ndarray
-    ts: np.ndarray
-    dur: np.ndarray
-    pid: np.ndarray
-    tid: np.ndarray
-    external_id: np.ndarray
-    correlation: np.ndarray
-    device: np.ndarray
-    stream: np.ndarray
-    blocks_per_sm: np.ndarray
-    occupancy: np.ndarray
-    bytes: np.ndarray
-    total_allocated: np.ndarray
-    total_reserved: np.ndarray
-    device_type: np.ndarray
-    addr: np.ndarray
-    python_id: np.ndarray
-    python_parent_id: np.ndarray
-    shapes: np.ndarray
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return int(self.kind.shape[0])
-
-    def select(self, *kinds: Kind) -> np.ndarray:
-        """Row indices of the events of the given kinds."""
-        return np.flatnonzero(np.isin(self.kind, kinds)) if len(kinds) > 1 else np.flatnonzero(self.kind == kinds[0])
+_CATEGORIES = CATEGORIES
 
 
 def _as_int(value: Any, default: int = -1) -> int:
@@ -155,7 +48,7 @@ def _as_float(value: Any) -> float:
 
 
 def _decompress(raw: bytes, source: str) -> bytes:
-    if raw[:2] != b"\x1f\x8b":
+    if raw[:2] != blocks.GZIP_MAGIC:
         return raw
     try:
         return gzip.decompress(raw)
@@ -163,14 +56,15 @@ def _decompress(raw: bytes, source: str) -> bytes:
         raise TraceFormatError(source, f"corrupt or truncated gzip data ({err})") from None
 
 
-def parse_trace(raw: bytes, source: str = "<bytes>") -> EventTable:
-    """Parse the bytes of a Kineto trace (plain or gzipped JSON)."""
+def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
+    """Parse a whole trace document at once (any valid JSON layout); the reference for the chunked reader."""
     data = _decompress(raw, source)
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as err:
         reason = "truncated JSON" if "unexpected end" in str(err).lower() else f"invalid JSON ({err})"
         raise TraceFormatError(source, reason) from None
+    del data
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceFormatError(source, "not a Kineto trace (no 'traceEvents' list)")
     events = doc["traceEvents"]
@@ -235,14 +129,33 @@ def parse_trace(raw: bytes, source: str = "<bytes>") -> EventTable:
     )
 
 
+def parse_chunked(pieces: Iterable[bytes], source: str) -> EventTable | None:
+    """Read a Kineto-layout document given as raw (plain or gzipped) pieces; None where it cannot."""
+    return None if read_chunked is None else read_chunked(pieces, source)
+
+
+def parse_trace(raw: bytes, source: str = "<bytes>") -> EventTable:
+    """Parse the bytes of a Kineto trace (plain or gzipped JSON)."""
+    table = parse_chunked(blocks.memory_pieces(raw, blocks.READ_SIZE), source) if raw else None
+    return table if table is not None else parse_document(raw, source)
+
+
 def read_trace(path: str) -> EventTable:
     """Read a Kineto trace from a local path or fsspec URL (``.json`` or ``.json.gz``)."""
+    source = str(path)
     try:
+        with fsspec.open(source, "rb") as f:
+            first = f.read(blocks.READ_SIZE)
+            if not first:
+                raise TraceFormatError(source, "empty file")
+            table = parse_chunked(blocks.file_pieces(f.read, first, blocks.READ_SIZE), source)
+        if table is not None:
+            return table
         raw = read_bytes(path)
     except FileNotFoundError:
-        raise TraceFormatError(str(path), "no such file") from None
+        raise TraceFormatError(source, "no such file") from None
     except OSError as err:
-        raise TraceFormatError(str(path), f"cannot be read ({err})") from None
+        raise TraceFormatError(source, f"cannot be read ({err})") from None
     if not raw:
-        raise TraceFormatError(str(path), "empty file")
-    return parse_trace(raw, source=str(path))
+        raise TraceFormatError(source, "empty file")
+    return parse_document(raw, source=source)

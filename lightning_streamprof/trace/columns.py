@@ -1,0 +1,213 @@
+"""Decode chunks of Kineto events with typed msgspec structs and collect them as :class:`EventTable` columns."""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+import orjson
+
+from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind
+
+#: stands for an absent ``device``/``stream`` argument (Kineto then means the event's pid/tid)
+_ABSENT = -(2**63)
+_NAN = float("nan")
+_DROPPED_PH = frozenset({"M", "s", "f"})
+_GPU_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_USER_ANNOTATION)
+
+
+class Args(msgspec.Struct, frozen=True, gc=False):
+    """The ``args`` of an event: only the keys the table keeps."""
+
+    external_id: int | None = msgspec.field(default=-1, name="External id")
+    correlation: int | None = -1
+    device: int | None = _ABSENT
+    stream: int | None = _ABSENT
+    bytes: int | None = 0
+    blocks_per_sm: float | None = msgspec.field(default=_NAN, name="blocks per SM")
+    occupancy: float | None = msgspec.field(default=_NAN, name="est. achieved occupancy %")
+    device_type: int | None = msgspec.field(default=-1, name="Device Type")
+    device_id: int | None = msgspec.field(default=-1, name="Device Id")
+    mem_bytes: int | None = msgspec.field(default=0, name="Bytes")
+    total_allocated: int | None = msgspec.field(default=-1, name="Total Allocated")
+    total_reserved: int | None = msgspec.field(default=-1, name="Total Reserved")
+    addr: int | None = msgspec.field(default=-1, name="Addr")
+    python_id: int | None = msgspec.field(default=-1, name="Python id")
+    python_parent_id: int | None = msgspec.field(default=-1, name="Python parent id")
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+
+
+NO_ARGS = Args()
+
+
+_DEFAULTS: dict[str, Any] = {name: getattr(NO_ARGS, name) for name in Args.__struct_fields__}
+_DEFAULTS.update(ts=None, dur=None)
+
+
+class Event(msgspec.Struct, gc=False):
+    """One ``traceEvents`` entry: only the keys the table keeps."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
+    pid: int | str | None = -1
+    tid: int | str | None = -1
+    args: Args = NO_ARGS
+
+
+DECODER = msgspec.json.Decoder(list[Event])
+
+
+class _KindOf(dict):
+    def __missing__(self, cat: str) -> int:
+        kind = int(CATEGORIES.get(cat.lower(), Kind.OTHER))
+        self[cat] = kind
+        return kind
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+class _IntOf(dict):
+    """``_as_int`` of each pid/tid value, cached (a trace has few distinct ones)."""
+
+    def __missing__(self, value: Any) -> int:
+        out = self[value] = _as_int(value)
+        return out
+
+
+def _field(items: list, name: str, dtype: Any) -> np.ndarray:
+    """One attribute of every item; ``null`` values read as the field's default."""
+    try:
+        return np.fromiter(map(attrgetter(name), items), dtype=dtype, count=len(items))
+    except TypeError:
+        default = _DEFAULTS[name]
+        values = [default if v is None else v for v in map(attrgetter(name), items)]
+        return np.fromiter(values, dtype=dtype, count=len(values))
+
+
+class ColumnBuilder:
+    """Turns decoded event chunks into table columns, interning names in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.strings: dict[str, int] = {}
+        self._cols: dict[str, np.ndarray] = {name: np.full(0, fill, dtype) for name, dtype, fill in COLUMNS}
+        self._rows = 0
+        self._kind_of = _KindOf()
+        self._int_of = _IntOf()
+        self._dims: dict[bytes, str | None] = {}
+
+    def add_json(self, chunk: bytes) -> None:
+        """Decode one ``[event, ...]`` chunk (raises msgspec errors for anything unexpected) and add it."""
+        self.add(DECODER.decode(chunk))
+
+    def add(self, events: list[Event]) -> None:
+        events = [ev for ev in events if ev.ph not in _DROPPED_PH]
+        kind = np.fromiter(map(self._kind_of.__getitem__, [ev.cat for ev in events]), dtype=np.int8, count=len(events))
+        flows = kind == Kind.FLOW
+        if flows.any():
+            events = [ev for ev, flow in zip(events, flows.tolist()) if not flow]
+            kind = kind[~flows]
+        n = len(events)
+        cols = {name: np.full(n, fill, dtype) for name, dtype, fill in COLUMNS}
+        cols["kind"] = kind
+        cols["ts"] = np.rint(_field(events, "ts", np.float64) * 1000).astype(np.int64)
+        cols["dur"] = np.rint(_field(events, "dur", np.float64) * 1000).astype(np.int64)
+        int_of = self._int_of.__getitem__
+        pid = cols["pid"] = np.fromiter(map(int_of, [ev.pid for ev in events]), dtype=np.int64, count=n)
+        tid = cols["tid"] = np.fromiter(map(int_of, [ev.tid for ev in events]), dtype=np.int64, count=n)
+        args = [ev.args for ev in events]
+        cols["external_id"] = _field(args, "external_id", np.int64)
+        cols["correlation"] = _field(args, "correlation", np.int64)
+
+        rows = np.flatnonzero(kind == Kind.MEMORY)
+        if rows.size:
+            sub = [args[i] for i in rows.tolist()]
+            dtype = _field(sub, "device_type", np.int64)
+            cols["device_type"][rows] = dtype
+            cols["device"][rows] = np.where(dtype == 1, _field(sub, "device_id", np.int64), -1)
+            for col, key in (("bytes", "mem_bytes"), ("total_allocated", "total_allocated"),
+                             ("total_reserved", "total_reserved"), ("addr", "addr")):
+                cols[col][rows] = _field(sub, key, np.int64)
+
+        rows = np.flatnonzero(np.isin(kind, _GPU_KINDS))
+        if rows.size:
+            sub = [args[i] for i in rows.tolist()]
+            has_args = np.fromiter((a is not NO_ARGS for a in sub), dtype=bool, count=len(sub))
+            for col, key, default in (("device", "device", pid), ("stream", "stream", tid)):
+                value = _field(sub, key, np.int64)
+                value = np.where(value == _ABSENT, default[rows], value)
+                cols[col][rows] = np.where(has_args, value, -1)
+            cols["bytes"][rows] = _field(sub, "bytes", np.int64)
+            kernels = np.flatnonzero(kind[rows] == Kind.KERNEL)
+            if kernels.size:
+                ksub = [sub[i] for i in kernels.tolist()]
+                cols["blocks_per_sm"][rows[kernels]] = _field(ksub, "blocks_per_sm", np.float64)
+                cols["occupancy"][rows[kernels]] = _field(ksub, "occupancy", np.float64) / 100.0
+
+        python = kind == Kind.PYTHON_FUNCTION
+        if python.any():
+            for col in ("python_id", "python_parent_id"):
+                cols[col] = np.where(python, _field(args, col, np.int64), -1)
+
+        dims_at = self._shape_strings(kind, args)
+        cols["name"], shapes = self._intern([ev.name for ev in events], dims_at)
+        if shapes:
+            cols["shapes"][list(shapes)] = list(shapes.values())
+        self._append(cols, n)
+
+    def _append(self, cols: dict[str, np.ndarray], n: int) -> None:
+        start, end = self._rows, self._rows + n
+        capacity = self._cols["kind"].shape[0]
+        if end > capacity:
+            # grown in place (realloc), so the table never exists twice in memory
+            capacity = max(end, capacity + capacity // 4, 1 << 16)
+            for col in self._cols.values():
+                col.resize(capacity, refcheck=False)
+        for name, col in cols.items():
+            self._cols[name][start:end] = col
+        self._rows = end
+
+    def _shape_strings(self, kind: np.ndarray, args: list[Args]) -> dict[int, str]:
+        out = {}
+        for row in np.flatnonzero(kind == Kind.CPU_OP).tolist():
+            raw = args[row].input_dims
+            if not raw:
+                continue
+            key = bytes(raw)
+            text = self._dims.get(key, False)
+            if text is False:
+                dims = orjson.loads(key)
+                text = self._dims[key] = None if dims is None else orjson.dumps(dims).decode()
+            if text is not None:
+                out[row] = text
+        return out
+
+    def _intern(self, labels: list[str], dims_at: dict[int, str]) -> tuple[np.ndarray, dict[int, int]]:
+        strings = self.strings
+        add = strings.setdefault
+        index: list[int] = []
+        shapes: dict[int, int] = {}
+        start = 0
+        for row, text in dims_at.items():
+            index += [add(label, len(strings)) for label in labels[start : row + 1]]
+            shapes[row] = add(text, len(strings))
+            start = row + 1
+        index += [add(label, len(strings)) for label in labels[start:]]
+        return np.array(index, dtype=np.int32), shapes
+
+    def finish(self, source: str, metadata: dict[str, Any]) -> EventTable:
+        """The table of every event added so far."""
+        for col in self._cols.values():
+            col.resize(self._rows, refcheck=False)
+        return EventTable(source=source, names=tuple(self.strings), metadata=metadata, **self._cols)
