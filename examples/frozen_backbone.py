@@ -1,4 +1,5 @@
-"""Train the frozen-backbone segmentation example with StreamProfiler and print where the traces are.
+"""Train the frozen-backbone segmentation example with StreamProfiler and StreamPipeline; print where the
+traces are and what the pipeline did.
 
     python examples/frozen_backbone.py                      # small run, CPU when there is no GPU
     python examples/frozen_backbone.py --image-size 256 --batch-size 8 --steps 2000 --workers 8
@@ -16,7 +17,7 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from workloads import FrozenBackboneSegmenter, SegmentationData  # noqa: E402
 
-from lightning_streamprof import StreamProfiler  # noqa: E402
+from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,11 +28,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--every", type=int, default=40, help="steps between profiling windows (0: one window)")
     p.add_argument("--root", default="streamprof_runs/frozen_backbone")
+    p.add_argument("--pipeline", default="auto", choices=["auto", "on", "off"], help="StreamPipeline mode")
     args = p.parse_args(argv)
 
     L.seed_everything(0)
     profiler = StreamProfiler(skip_first=10, warmup=1, active=3, every=args.every, max_overhead=None)
+    pipeline = StreamPipeline(backbone="encoder", mode=args.pipeline)
     trainer = L.Trainer(
+        callbacks=[pipeline],
         max_steps=args.steps,
         accelerator="auto",
         devices=1,
@@ -48,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nTrained {trainer.global_step} steps on {device}. Traces ({len(profiler.windows)} windows):")
     for window in profiler.windows:
         print(f"  steps {window.first_step}-{window.last_step}: {window.path}")
+    print(pipeline.report())
 
 
 if __name__ == "__main__":

@@ -33,11 +33,24 @@ def conv_block(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
 
 
+class Normalize(nn.Module):
+    """uint8 images to ImageNet-normalised floats."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255)
+        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (images.float() - self.mean) / self.std
+
+
 class Encoder(nn.Sequential):
-    """A small CNN encoder with output stride 8."""
+    """A small CNN encoder with output stride 8; takes the uint8 batch as it comes from the loader."""
 
     def __init__(self, width: int = 32) -> None:
         super().__init__(
+            Normalize(),
             conv_block(3, width, 2),
             conv_block(width, width),
             conv_block(width, 2 * width, 2),
@@ -70,8 +83,6 @@ class FrozenBackboneSegmenter(L.LightningModule):
         self.encoder = Encoder(width).requires_grad_(False).eval()
         self.decoder = Decoder(self.encoder.out_channels, classes)
         self.loss = nn.CrossEntropyLoss()
-        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255)
-        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255)
 
     def train(self, mode: bool = True) -> FrozenBackboneSegmenter:
         super().train(mode)
@@ -79,8 +90,7 @@ class FrozenBackboneSegmenter(L.LightningModule):
         return self
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = (images.float() - self.mean) / self.std
-        return self.decoder(self.encoder(x))
+        return self.decoder(self.encoder(images))
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         images, labels = batch

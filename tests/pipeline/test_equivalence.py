@@ -6,12 +6,12 @@ from pipeline_models import Net, loader
 from lightning_streamprof import StreamPipeline
 
 
-def run(mode, kind="sized", callback_kwargs=None, net_kwargs=None, **trainer_kwargs):
+def run(mode, kind="sized", callback_kwargs=None, net_kwargs=None, accelerator="cpu", **trainer_kwargs):
     net = Net(**(net_kwargs or {}))
     callbacks = [] if mode is None else [StreamPipeline(mode=mode, **(callback_kwargs or {}))]
     trainer_kwargs.setdefault("max_epochs", 2)
     trainer = L.Trainer(
-        accelerator="cpu", devices=1, callbacks=callbacks, logger=False, enable_checkpointing=False,
+        accelerator=accelerator, devices=1, callbacks=callbacks, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, **trainer_kwargs,
     )
     val = loader("sized") if trainer_kwargs.get("limit_val_batches") else None

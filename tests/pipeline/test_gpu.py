@@ -1,0 +1,62 @@
+import lightning as L
+import pytest
+import torch
+from pipeline_models import Net, loader
+from test_equivalence import CASES, run
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_streamprof import StreamPipeline
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_pipelined_equals_serial_on_cuda(case):
+    kwargs = dict(CASES[case])
+    serial, t_serial = run(None, accelerator="gpu", **kwargs)
+    piped, t_piped = run("on", accelerator="gpu", callback_kwargs=dict(backbone="backbone"), **kwargs)
+    assert piped.seen == serial.seen
+    assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
+    for a, b in zip(piped.head.parameters(), serial.head.parameters()):
+        torch.testing.assert_close(a, b)
+    assert t_piped.global_step == t_serial.global_step
+    assert t_piped.callbacks[0]._cuda and t_piped.callbacks[0].staged_batches > 0
+
+
+class Tracker(L.Callback):
+    def __init__(self):
+        self.allocated = []
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step % 100 == 0:
+            torch.cuda.synchronize()
+            self.allocated.append(torch.cuda.memory_allocated())
+
+
+class Resident(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU()).requires_grad_(False).eval()
+        self.head = nn.Conv2d(16, 4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.head(self.backbone(x.float())), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.head.parameters(), lr=0.01)
+
+
+def test_memory_flat_over_2000_pipelined_steps():
+    x = torch.randint(0, 255, (64, 3, 64, 64), dtype=torch.uint8)
+    y = torch.randint(0, 4, (64, 64, 64))
+    tracker = Tracker()
+    trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=2000, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[StreamPipeline(mode="on", backbone="backbone"), tracker])
+    trainer.fit(Resident(), DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True, pin_memory=True))
+    steady = tracker.allocated[2:]
+    batch_bytes = 8 * 3 * 64 * 64 + 8 * 64 * 64 * 8 + 8 * 16 * 64 * 64 * 4  # images, labels, backbone output
+    assert max(steady) - min(steady) <= 2 * batch_bytes  # no growth: no leak through record_stream
+    assert trainer.callbacks[0].staged_batches >= 1990
