@@ -19,7 +19,8 @@ class Measurement:
 
 
 class AutoSwitch:
-    """Phases of ``trial`` steps each: serial, then pipelined; then the faster runs for ``recheck`` steps.
+    """Phases of ``trial`` steps each: serial, pipelined, serial, pipelined (alternating, so that drift in
+    the loader or the machine cancels out); then the faster runs for ``recheck`` steps.
 
     Pipelining is kept only when it is faster by more than ``margin``. Each phase's first ``settle`` steps
     are not timed (the switch itself costs a step). ``sync`` waits for the device at phase edges.
@@ -36,7 +37,8 @@ class AutoSwitch:
         self._phase = "warmup"
         self._left = warmup
         self._t0 = 0.0
-        self._serial_ms = 0.0
+        self._times: dict[str, list[float]] = {"serial": [], "pipelined": []}
+        self._trials = 0
 
     def step(self) -> bool:
         """Call once per training batch; returns whether this batch's successor should be staged."""
@@ -47,14 +49,18 @@ class AutoSwitch:
         if self._left > 0:
             return self.pipelined
         if self._phase in ("warmup", "run"):
+            self._times = {"serial": [], "pipelined": []}
             self._enter("serial", pipelined=False)
-        elif self._phase == "serial":
-            self._serial_ms = self._elapsed_ms()
-            self._enter("pipelined", pipelined=True)
         else:
-            m = Measurement(self._serial_ms, self._elapsed_ms())
-            self.history.append(m)
-            self._enter("run", pipelined=m.gain > self.margin, steps=self.recheck)
+            self._times[self._phase].append(self._elapsed_ms())
+            if self._phase == "serial":
+                self._enter("pipelined", pipelined=True)
+            elif len(self._times["pipelined"]) < 2:
+                self._enter("serial", pipelined=False)
+            else:
+                m = Measurement(sum(self._times["serial"]) / 2, sum(self._times["pipelined"]) / 2)
+                self.history.append(m)
+                self._enter("run", pipelined=m.gain > self.margin, steps=self.recheck)
         return self.pipelined
 
     def _elapsed_ms(self) -> float:

@@ -70,7 +70,8 @@ class StreamPipeline(Callback):
             training only (serial or pipelined).
         mode: ``"auto"``, ``"on"`` or ``"off"``.
         backbone_input: Callable picking the backbone's input from the batch (default: found on the first
-            batch, else the first tensor of the batch).
+            batch by watching which batch tensor the backbone is called with; until then, and if it is never
+            called with a batch tensor, the backbone runs in the step as usual).
         pin_memory: Pin host tensors before the copy (needed for an asynchronous copy).
 
     Raises:
@@ -312,12 +313,15 @@ class StreamPipeline(Callback):
             batch = self._orig_batch_hook("on_before_batch_transfer", batch, 0)
             batch = trainer.strategy.batch_to_device(batch, dataloader_idx=0)
             staged = StagedBatch(batch)
-            if self._proxy is not None:
-                getter = self.backbone_input or default_batch_input
-                x = getter(batch)
-                with trainer.precision_plugin.forward_context():
-                    staged.backbone_output = self._proxy.compute(x)
-                staged.backbone_input = x
+            if self._proxy is not None and self.backbone_input is not None:
+                x = self.backbone_input(batch)
+                try:
+                    with trainer.precision_plugin.forward_context():
+                        staged.backbone_output = self._proxy.compute(x)
+                    staged.backbone_input = x
+                except Exception as err:  # noqa: BLE001 - the step computes it normally instead
+                    rank_zero_warn(f"StreamPipeline: the backbone cannot run ahead ({err}); it runs in the step.")
+                    self.backbone_input = None
             if self._cuda:
                 staged.ready = torch.cuda.Event()
                 staged.ready.record(self._stream)
