@@ -181,6 +181,19 @@ def gpu_busy_rate(workload: str, batch: int) -> float:
     return 10 / (busy * 1e-6)
 
 
+def _command_args() -> str:
+    """The command line without ``--out DIR`` (a machine path)."""
+    args, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif a == "--out":
+            skip = True
+        elif not a.startswith("--out="):
+            args.append(a)
+    return " ".join(args)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default="frozen:8,frozen:32,frozen:128,balanced:32")
@@ -215,7 +228,7 @@ def main() -> None:
     cols = ["lightning_serial", "lightning_auto", "lightning_on", "hand_serial", "hand_streams", "ceiling_loader",
             "ceiling_gpu_busy", "on_vs_lower_ceiling", "auto_vs_serial", "best_vs_hand_streams"]
     lines = [f"# pipeline_throughput ({device}, {now:%Y-%m-%d})", "",
-             f"`python benchmarks/pipeline_throughput.py {' '.join(a for a in sys.argv[1:] if not a.startswith('--out'))}`  ",
+             f"`python benchmarks/pipeline_throughput.py {_command_args()}`  ",
              f"torch {torch.__version__}, lightning {L.__version__}; steps/s, {args.steps} steps per run", "",
              "| workload | batch | " + " | ".join(cols) + " |", "| --- | ---: | " + " | ".join("---:" for _ in cols) + " |"]
     for r in rows:
