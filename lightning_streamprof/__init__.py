@@ -19,11 +19,14 @@ _EXPORTS = {
     "TraceFormatError": "lightning_streamprof.trace",
     "analyze": "lightning_streamprof.api",
 }
+_SUBMODULES = ("transforms",)
 
-__all__ = [*_EXPORTS, "__version__"]
+__all__ = [*_EXPORTS, "transforms", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"lightning_streamprof.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'lightning_streamprof' has no attribute {name!r}")
