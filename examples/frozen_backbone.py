@@ -28,7 +28,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--every", type=int, default=40, help="steps between profiling windows (0: one window)")
     p.add_argument("--root", default="streamprof_runs/frozen_backbone")
-    p.add_argument("--pipeline", default="auto", choices=["auto", "on", "off"], help="StreamPipeline mode")
+    p.add_argument(
+        "--pipeline",
+        default="auto" if torch.cuda.is_available() else "on",
+        choices=["auto", "on", "off"],
+        help="StreamPipeline mode (default: auto on a GPU; on without one, where auto would stay serial)",
+    )
     args = p.parse_args(argv)
 
     L.seed_everything(0)

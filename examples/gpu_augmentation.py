@@ -1,0 +1,99 @@
+"""The GPU-augmentation workload: a CNN classifier whose batch augmentation (crop, resize, rotation, blur,
+normalize; per-sample random) runs on the device in ``on_after_batch_transfer``; StreamPipeline runs it for
+the next batch on a side stream while the current one trains.
+
+    python examples/gpu_augmentation.py                        # small, CPU when there is no GPU
+    python examples/gpu_augmentation.py --image-size 256 --batch-size 32 --steps 500 --workers 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import lightning as L
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from lightning_streamprof import StreamPipeline, StreamProfiler
+from lightning_streamprof import transforms as T
+
+
+class RandomImages(Dataset):
+    def __init__(self, length: int, size: int) -> None:
+        self.length, self.size = length, size
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(i)
+        return torch.randint(0, 256, (3, self.size, self.size), dtype=torch.uint8, generator=g), torch.tensor(i % 10)
+
+
+class Classifier(L.LightningModule):
+    """1x1 conv 3->16, then 2x2 stride-2 convs doubling the channels down to 1x1, flatten, linear to 10."""
+
+    def __init__(self, image_size: int = 256, seed: int = 0) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, 16, 1), nn.ReLU()]
+        channels = 16
+        for _ in range(int(math.log2(image_size))):
+            layers += [nn.Conv2d(channels, 2 * channels, 2, stride=2), nn.ReLU()]
+            channels *= 2
+        self.net = nn.Sequential(*layers, nn.Flatten(), nn.Linear(channels, 10))
+        crop = image_size // 2
+        self.augment = T.Compose([
+            T.ToFloat(),
+            T.RandomCrop(crop),
+            T.Resize(image_size),
+            T.RandomRotation(45),
+            T.GaussianBlur(7),
+            T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+        ])
+        self.seed = seed
+        self._generator: torch.Generator | None = None
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        images, labels = batch
+        if not self.trainer.training:
+            return T.ToFloat()(images), labels
+        if self._generator is None or self._generator.device != images.device:
+            self._generator = torch.Generator(device=images.device).manual_seed(self.seed)
+        return self.augment(images, generator=self._generator), labels
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        loss = nn.functional.cross_entropy(self.net(images), labels)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--pipeline", default="auto" if torch.cuda.is_available() else "on", choices=["auto", "on", "off"])
+    p.add_argument("--root", default="streamprof_runs/gpu_augmentation")
+    args = p.parse_args(argv)
+    L.seed_everything(0)
+    pipeline = StreamPipeline(backbone=False, mode=args.pipeline)
+    trainer = L.Trainer(
+        max_steps=args.steps, accelerator="auto", devices=1, default_root_dir=args.root, callbacks=[pipeline],
+        profiler=StreamProfiler(skip_first=10, warmup=1, active=3, every=0), enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    loader = DataLoader(RandomImages(args.batch_size * args.steps, args.image_size), batch_size=args.batch_size,
+                        num_workers=args.workers, pin_memory=torch.cuda.is_available(), persistent_workers=args.workers > 0)
+    trainer.fit(Classifier(args.image_size), loader)
+    print(pipeline.report())
+
+
+if __name__ == "__main__":
+    main()
