@@ -470,6 +470,11 @@ class StreamProfiler(Profiler):
     @override
     def summary(self) -> str:
         results = self.windows
-        if not results:
-            return "StreamProfiler: no window was recorded."
-        return render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds, row_limit=self.row_limit)
+        text = (
+            render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds, row_limit=self.row_limit)
+            if results
+            else "StreamProfiler: no window was recorded."
+        )
+        trainer = self._trainer()
+        reports = [cb.report() for cb in getattr(trainer, "callbacks", None) or [] if type(cb).__name__ == "StreamPipeline"]
+        return "\n".join([text, *reports])

@@ -32,3 +32,15 @@ def test_augmentation_in_hook_pipelined_equals_serial():
     assert piped == serial  # the transforms draw from the module's own generator: identical augmentation
     for a, b in zip(m_piped.parameters(), m_serial.parameters()):
         torch.testing.assert_close(a, b)
+
+
+def test_profiler_summary_shows_the_pipeline_report(tmp_path):
+    from lightning_streamprof import StreamProfiler
+
+    profiler = StreamProfiler(dirpath=tmp_path, skip_first=2, warmup=1, active=2, every=0)
+    trainer = L.Trainer(accelerator="cpu", max_steps=6, profiler=profiler, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[StreamPipeline(backbone=False, mode="on")])
+    trainer.fit(Classifier(image_size=16), DataLoader(RandomImages(32, 16), batch_size=4))
+    text = profiler.summary()
+    assert "window 0" in text and "StreamPipeline (on, no CUDA device" in text and "6 batches staged ahead" in text
