@@ -1,0 +1,30 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(mode):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"))}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "ddp_pipeline_program.py"), mode],
+                          capture_output=True, text=True, timeout=400, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    return {r["rank"]: r for r in results}
+
+
+def test_ddp_gloo_pipelined_equals_serial():
+    serial, piped = run("off"), run("on")
+    assert set(serial) == set(piped) == {0, 1}
+    for rank in (0, 1):
+        assert piped[rank]["seen"] == serial[rank]["seen"]
+        assert piped[rank]["losses"] == pytest.approx(serial[rank]["losses"], rel=1e-6, abs=1e-7)
+        assert piped[rank]["weights"] == pytest.approx(serial[rank]["weights"], abs=1e-6)
+        assert piped[rank]["steps"] == serial[rank]["steps"]
+        assert piped[rank]["staged"] > 0
+    assert piped[0]["weights"] == pytest.approx(piped[1]["weights"], abs=1e-6)  # gradients were all-reduced
