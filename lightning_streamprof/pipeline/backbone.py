@@ -45,9 +45,10 @@ class BackboneProxy:
     """Replaces ``module.forward`` (an instance attribute, so the state dict is unchanged): a call with the
     staged input tensor returns the staged output, any other call computes normally."""
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, cuda_graph: bool = False) -> None:
         self.module = module
         self._original: Callable[..., Any] = module.forward
+        self.graphed = GraphedForward(self._original) if cuda_graph else None
         self.staged_input: torch.Tensor | None = None
         self.staged_output: Any = None
         self.hits = 0
@@ -55,6 +56,8 @@ class BackboneProxy:
         module.forward = self._forward  # type: ignore[method-assign]
 
     def compute(self, x: torch.Tensor) -> Any:
+        if self.graphed is not None:
+            return self.graphed(x)
         with torch.no_grad():
             return self._original(x)
 
@@ -102,3 +105,55 @@ def default_batch_input(batch: Any) -> torch.Tensor:
             if isinstance(value, torch.Tensor):
                 return value
     raise ValueError("StreamPipeline: cannot tell which tensor of the batch the backbone takes; pass `backbone_input`")
+
+
+class GraphedForward:
+    """The backbone's forward captured as CUDA graphs, one per input (shape, dtype), for fixed-shape batches.
+
+    Replays on the current (side) stream; the output is cloned so that the next replay cannot overwrite a
+    result the training stream still reads. After ``max_graphs`` shapes, new shapes run eagerly.
+    """
+
+    def __init__(self, forward: Callable[..., Any], max_graphs: int = 2, warmup: int = 3) -> None:
+        self.forward = forward
+        self.max_graphs = max_graphs
+        self.warmup = warmup
+        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor, Any]] = {}
+        self.replays = 0
+        self.eager = 0
+
+    def __call__(self, x: torch.Tensor) -> Any:
+        key = (tuple(x.shape), x.dtype, x.device)
+        entry = self._graphs.get(key)
+        if entry is None:
+            if len(self._graphs) >= self.max_graphs or not x.is_cuda or torch.is_autocast_enabled():
+                self.eager += 1
+                with torch.no_grad():
+                    return self.forward(x)
+            entry = self._capture(x)
+            self._graphs[key] = entry
+        graph, static_in, static_out = entry
+        static_in.copy_(x)
+        graph.replay()
+        self.replays += 1
+        return _clone(static_out)
+
+    def _capture(self, x: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, Any]:
+        static_in = x.clone()
+        with torch.no_grad():
+            for _ in range(self.warmup):  # on the current side stream, as CUDA graph capture requires
+                self.forward(static_in)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=torch.cuda.current_stream()):
+                static_out = self.forward(static_in)
+        return graph, static_in, static_out
+
+
+def _clone(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, (list, tuple)):
+        return type(out)(_clone(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _clone(v) for k, v in out.items()}
+    return out

@@ -73,6 +73,8 @@ class StreamPipeline(Callback):
             batch by watching which batch tensor the backbone is called with; until then, and if it is never
             called with a batch tensor, the backbone runs in the step as usual).
         pin_memory: Pin host tensors before the copy (needed for an asynchronous copy).
+        cuda_graph: Capture the backbone's staged forward as a CUDA graph per input shape (fewer host
+            launches; for fixed shapes, without autocast; other shapes run eagerly).
 
     Raises:
         ValueError: At ``setup``, for a backbone with trainable parameters, an unknown submodule or mode.
@@ -89,6 +91,7 @@ class StreamPipeline(Callback):
         mode: Literal["auto", "on", "off"] = "auto",
         backbone_input: Callable[[Any], torch.Tensor] | None = None,
         pin_memory: bool = True,
+        cuda_graph: bool = False,
         warmup: int = 20,
         trial: int = 30,
         recheck: int = 1000,
@@ -100,6 +103,7 @@ class StreamPipeline(Callback):
         self.mode = mode
         self.backbone_input = backbone_input
         self.pin_memory = pin_memory
+        self.cuda_graph = cuda_graph
         self._auto_args = dict(warmup=warmup, trial=trial, recheck=recheck)
         self._trainer: Trainer | None = None
         self._proxy: BackboneProxy | None = None
@@ -150,7 +154,7 @@ class StreamPipeline(Callback):
                 f"StreamPipeline: backbone {self._backbone_name!r} is in training mode; its staged forward runs in"
                 " that mode (BatchNorm statistics, dropout). Call `.eval()` on it for identical results."
             )
-        self._proxy = BackboneProxy(module)
+        self._proxy = BackboneProxy(module, cuda_graph=self.cuda_graph and self._cuda)
         if self.backbone_input is None:
             self._probe_input(module)
 
@@ -344,6 +348,9 @@ class StreamPipeline(Callback):
             hits = self._proxy.hits if self._proxy else 0
             misses = self._proxy.misses if self._proxy else 0
             lines.append(f"  backbone {self._backbone_name!r}: {hits} staged outputs used, {misses} computed in the step")
+            graphed = self._proxy.graphed if self._proxy else None
+            if graphed is not None:
+                lines.append(f"  CUDA graph: {graphed.replays} replays, {graphed.eager} eager calls")
         if self._auto is not None:
             for m in self._auto.history:
                 lines.append(

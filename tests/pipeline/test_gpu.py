@@ -66,3 +66,14 @@ def test_memory_flat_over_2000_pipelined_steps():
     assert max(steady) - min(steady) <= 2 * batch_bytes  # no growth: no leak through record_stream
     pipe = trainer.callbacks[0]
     assert pipe.staged_batches >= 1990 and pipe._proxy.hits >= 1990
+
+
+@pytest.mark.parametrize("case", ["sized", "iterable_limited", "validation_interleaved"])
+def test_cuda_graph_backbone_equals_serial(case):
+    kwargs = dict(CASES[case])
+    serial, _ = run(None, accelerator="gpu", **kwargs)
+    piped, trainer = run("on", accelerator="gpu", callback_kwargs=dict(backbone="backbone", cuda_graph=True), **kwargs)
+    assert piped.seen == serial.seen
+    assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
+    graphed = trainer.callbacks[0]._proxy.graphed
+    assert graphed is not None and graphed.replays > 0
