@@ -272,7 +272,11 @@ class StreamPipeline(Callback):
         if self.mode == "off":
             return False
         if self._auto is not None:
-            return self._auto.step()
+            decided = len(self._auto.history)
+            pipelined = self._auto.step()
+            if len(self._auto.history) > decided:
+                self._log_decision()
+            return pipelined
         return self.mode == "on"
 
     def _next_allowed(self) -> bool:
