@@ -133,5 +133,5 @@ def _operator_memory(table: EventTable, rows: np.ndarray) -> list[OperatorMemory
             (s_inc, t_inc, s_size, t_size, s_cnt, t_cnt) = values
             out.append(OperatorMemory(table.names[code], label, int(calls[code]), s_inc, s_size, s_cnt,
                                       t_inc, t_size, t_cnt))
-    out.sort(key=lambda m: (m.device, -m.increase_bytes, m.name))
+    out.sort(key=lambda m: (-m.allocation_bytes, -m.increase_bytes, m.device, m.name))
     return out
