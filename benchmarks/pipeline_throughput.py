@@ -1,11 +1,19 @@
-"""Steps/s of serial Lightning, Lightning with StreamPipeline (auto, on) and hand-written loops, with the
-ceilings that bound them: the loader's own rate (with the copy) and 1 / the GPU's busy time per serial step.
+"""Steps/s of serial Lightning, Lightning with StreamPipeline and hand-written loops, with the ceilings that
+bound them: the loader's own rate (with the copy) and 1 / the GPU's busy time per serial step.
 
-    python benchmarks/pipeline_throughput.py --workloads frozen:8,frozen:32,frozen:128,balanced:32
+    python benchmarks/pipeline_throughput.py --workloads frozen:8,frozen:32,frozen:128,balanced:32,augment:16,augment:32,augment:64
 
 Workloads: ``frozen`` is the frozen-backbone segmentation example (examples/workloads.py, 256x256, loader
 workers making int64 label maps); ``balanced`` has a frozen backbone and a trainable head of similar GPU
-time and cheap data (resident in pinned host memory, no workers).
+time and cheap data (resident in pinned host memory, no workers); ``augment`` is the GPU-augmentation
+classifier (examples/gpu_augmentation.py, 256x256, crop/resize/rotation/blur/normalize per sample in
+``on_after_batch_transfer``).
+
+Lightning columns: ``serial`` (no callback), StreamPipeline ``auto``, ``on`` (staging thread, the CUDA
+default), ``on_inline`` (staging on the training thread), ``on+graph`` / ``on_inline+graph`` (the backbone
+as a CUDA graph; backbone workloads only). Hand loops: ``hand_serial`` and ``hand_streams`` (the published style:
+batch N+1's backbone forward or augmentation on a second stream while N trains). Each configuration runs
+``--rounds`` times, in a rotated order per round; the table shows the median.
 """
 
 from __future__ import annotations
@@ -27,9 +35,13 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
-from workloads import Decoder, Encoder, FrozenBackboneSegmenter, SegmentationData  # noqa: E402
+from gpu_augmentation import Classifier, RandomImages  # noqa: E402
+from workloads import Decoder, FrozenBackboneSegmenter, SegmentationData  # noqa: E402
 
 from lightning_streamprof import StreamPipeline  # noqa: E402
+
+
+SIZE = 256  # image side of the frozen and augment workloads (the balanced one uses half)
 
 
 class Balanced(FrozenBackboneSegmenter):
@@ -41,13 +53,18 @@ class Balanced(FrozenBackboneSegmenter):
 
 
 def make(workload: str, batch: int, steps: int, workers: int):
+    if workload == "augment":
+        data = RandomImages(batch * (steps + 2), SIZE)
+        loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=workers, pin_memory=True,
+                            drop_last=True, persistent_workers=workers > 0)
+        return Classifier(SIZE), loader
     if workload == "frozen":
-        data = SegmentationData(batch, 256, batch * (steps + 2), workers=workers)
+        data = SegmentationData(batch, SIZE, batch * (steps + 2), workers=workers)
         return FrozenBackboneSegmenter(), data.train_dataloader()
     g = torch.Generator().manual_seed(0)
     n = batch * 16
-    x = torch.randint(0, 256, (n, 3, 128, 128), dtype=torch.uint8, generator=g)
-    y = torch.randint(0, 10, (n, 128, 128), generator=g)
+    x = torch.randint(0, 256, (n, 3, SIZE // 2, SIZE // 2), dtype=torch.uint8, generator=g)
+    y = torch.randint(0, 10, (n, SIZE // 2, SIZE // 2), generator=g)
     loader = DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=True, pin_memory=True, drop_last=True)
     return Balanced(), loader
 
@@ -67,11 +84,16 @@ class Clock(L.Callback):
 
 
 def lightning_rate(workload: str, batch: int, steps: int, workers: int, mode: str | None) -> tuple[float, str]:
+    if mode == "auto":  # the same timed steps after auto's trials (warm-up 20 + 6 trials of 30 steps)
+        steps, skip = steps + 180, 210
+    else:
+        skip = 30
     model, loader = make(workload, batch, steps, workers)
-    clock = Clock(skip=150 if mode == "auto" else 30)
+    clock = Clock(skip=skip)
     pipe = None
     if mode:
-        pipe = StreamPipeline(mode=mode.split("+")[0], backbone="encoder", cuda_graph=mode.endswith("+graph"))
+        pipe = StreamPipeline(mode=mode.split("+")[0].split("_")[0], backbone=False if workload == "augment" else "encoder",
+                              cuda_graph=mode.endswith("+graph"), staging_thread=not mode.startswith("on_inline"))
     callbacks = [clock] + ([pipe] if pipe else [])
     trainer = L.Trainer(max_steps=steps, accelerator="gpu", devices=1, callbacks=callbacks, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -82,6 +104,60 @@ def lightning_rate(workload: str, batch: int, steps: int, workers: int, mode: st
 
 
 def hand_rates(workload: str, batch: int, steps: int, workers: int) -> dict[str, float]:
+    if workload == "augment":
+        return hand_augment_rates(batch, steps, workers)
+    return hand_backbone_rates(workload, batch, steps, workers)
+
+
+def hand_augment_rates(batch: int, steps: int, workers: int) -> dict[str, float]:
+    """The published style: serial loop, and the augmentation of N+1 on a second stream while N trains."""
+    model, loader = make("augment", batch, steps, workers)
+    model = model.cuda().train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    out = {}
+
+    def batches():
+        while True:
+            yield from loader
+
+    def train(x, y):
+        loss = nn.functional.cross_entropy(model.net(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    it = batches()
+    for phase in ("serial", "streams"):
+        side = torch.cuda.Stream()
+        pending = None
+        for i in range(steps):
+            if i == 30:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            x, y = next(it)
+            if phase == "serial":
+                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                train(model.augment(x, generator=gen), y)
+                continue
+            with torch.cuda.stream(side):
+                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                x = model.augment(x, generator=gen)
+                ready = torch.cuda.Event()
+                ready.record(side)
+            if pending is not None:
+                x0, y0, ev = pending
+                torch.cuda.current_stream().wait_event(ev)
+                x0.record_stream(torch.cuda.current_stream())
+                y0.record_stream(torch.cuda.current_stream())
+                train(x0, y0)
+            pending = (x, y, ready)
+        torch.cuda.synchronize()
+        out[phase] = (steps - 30) / (time.perf_counter() - t0)
+    return out
+
+
+def hand_backbone_rates(workload: str, batch: int, steps: int, workers: int) -> dict[str, float]:
     """The published style: serial loop, and the encoder of N+1 on a second stream while N trains."""
     model, loader = make(workload, batch, steps, workers)
     model = model.cuda()
@@ -155,12 +231,22 @@ def gpu_busy_rate(workload: str, batch: int) -> float:
 
     model, loader = make(workload, batch, 40, 0 if workload == "balanced" else 2)
     model = model.cuda()
-    opt = torch.optim.SGD(model.decoder.parameters(), lr=0.01)
     x, y = next(iter(loader))
     x, y = x.cuda(), y.cuda()
+    if workload == "augment":
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+
+        def loss_of() -> torch.Tensor:
+            return nn.functional.cross_entropy(model.net(model.augment(x, generator=gen)), y)
+    else:
+        opt = torch.optim.SGD(model.decoder.parameters(), lr=0.01, momentum=0.9)
+
+        def loss_of() -> torch.Tensor:
+            return model.loss(model(x), y)
 
     def step():
-        loss = model.loss(model(x), y)
+        loss = loss_of()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -197,57 +283,91 @@ def _command_args() -> str:
     return " ".join(args)
 
 
+MODES = {"serial": None, "auto": "auto", "on": "on", "on_inline": "on_inline", "on+graph": "on+graph"}
+
+
+def measure_workload(workload: str, batch: int, rounds: int, args: argparse.Namespace) -> dict:
+    """Every configuration ``rounds`` times (order rotated each round); medians and each run."""
+    configs = [m for m in MODES if not (workload == "augment" and m.endswith("+graph"))] + ["hand", "loader"]
+    runs: dict[str, list[float]] = {}
+    notes: dict[str, str] = {}
+    for r in range(rounds):
+        k = r % len(configs)
+        for config in configs[k:] + configs[:k]:
+            if config == "hand":
+                for name, rate in hand_rates(workload, batch, args.steps, args.workers).items():
+                    runs.setdefault(f"hand_{name}", []).append(rate)
+            elif config == "loader":
+                runs.setdefault("ceiling_loader", []).append(loader_rate(workload, batch, args.steps, args.workers))
+            else:
+                rate, note = lightning_rate(workload, batch, args.steps, args.workers, MODES[config])
+                runs.setdefault(f"lightning_{config}", []).append(rate)
+                if note:
+                    notes[config] = note
+    row: dict = {"workload": workload, "batch": batch, "rounds": rounds}
+    row.update({k: statistics.median(v) for k, v in runs.items()})
+    row["ceiling_gpu_busy"] = gpu_busy_rate(workload, batch)
+    lower = min(row["ceiling_loader"], row["ceiling_gpu_busy"])
+    pipelined = [row[k] for k in ("lightning_on", "lightning_on_inline", "lightning_on+graph") if k in row]
+    best = max([row["lightning_auto"]] + pipelined)
+    row["on_vs_lower_ceiling"] = max(pipelined) / lower
+    row["auto_vs_serial"] = row["lightning_auto"] / row["lightning_serial"]
+    row["best_vs_hand_streams"] = best / row["hand_streams"]
+    row["runs"] = runs
+    row["notes"] = notes
+    return row
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workloads", default="frozen:8,frozen:32,frozen:128,balanced:32")
+    p.add_argument("--workloads", default="frozen:8,frozen:32,frozen:128,balanced:32,augment:16,augment:32,augment:64")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=1, help="runs per configuration (a workload:batch:rounds spec overrides)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--tag", default=None)
     args = p.parse_args()
     torch.backends.cudnn.benchmark = True
     rows = []
     for spec in args.workloads.split(","):
-        workload, batch = spec.split(":")
-        batch = int(batch)
-        row = {"workload": workload, "batch": batch}
-        for mode in (None, "auto", "on", "on+graph"):
-            rate, note = lightning_rate(workload, batch, args.steps, args.workers, mode)
-            row[f"lightning_{mode or 'serial'}"] = rate
-            if note:
-                row[f"note_{mode}"] = note
-        row.update({f"hand_{k}": v for k, v in hand_rates(workload, batch, args.steps, args.workers).items()})
-        row["ceiling_loader"] = loader_rate(workload, batch, args.steps, args.workers)
-        row["ceiling_gpu_busy"] = gpu_busy_rate(workload, batch)
-        lower = min(row["ceiling_loader"], row["ceiling_gpu_busy"])
-        best = max(row["lightning_auto"], row["lightning_on"], row["lightning_on+graph"])
-        row["on_vs_lower_ceiling"] = row["lightning_on"] / lower
-        row["auto_vs_serial"] = row["lightning_auto"] / row["lightning_serial"]
-        row["best_vs_hand_streams"] = best / row["hand_streams"]
+        workload, batch, *rounds = spec.split(":")
+        row = measure_workload(workload, int(batch), int(rounds[0]) if rounds else args.rounds, args)
         rows.append(row)
         print(json.dumps(row), flush=True)
+        write(rows, args)
+
+
+def write(rows: list[dict], args: argparse.Namespace) -> None:
+    """The table so far (written after each workload, so that a run cut short keeps what it measured)."""
     device = torch.cuda.get_device_name(0)
     now = datetime.datetime.now(datetime.timezone.utc)
-    cols = ["lightning_serial", "lightning_auto", "lightning_on", "lightning_on+graph", "hand_serial", "hand_streams", "ceiling_loader",
-            "ceiling_gpu_busy", "on_vs_lower_ceiling", "auto_vs_serial", "best_vs_hand_streams"]
+    cols = ["lightning_serial", "lightning_auto", "lightning_on", "lightning_on_inline", "lightning_on+graph",
+            "hand_serial", "hand_streams", "ceiling_loader", "ceiling_gpu_busy", "on_vs_lower_ceiling",
+            "auto_vs_serial", "best_vs_hand_streams"]
     lines = [f"# pipeline_throughput ({device}, {now:%Y-%m-%d})", "",
              f"`python benchmarks/pipeline_throughput.py {_command_args()}`  ",
-             f"torch {torch.__version__}, lightning {L.__version__}; steps/s, {args.steps} steps per run", "",
-             "| workload | batch | " + " | ".join(cols) + " |", "| --- | ---: | " + " | ".join("---:" for _ in cols) + " |"]
+             f"torch {torch.__version__}, lightning {L.__version__}; steps/s over {args.steps - 30} timed steps per run"
+             " (auto: the same number after its trials), median of `rounds` runs; on_vs_lower_ceiling uses the best"
+             " pipelined (on) column", "",
+             "| workload | batch | rounds | " + " | ".join(cols) + " |",
+             "| --- | ---: | ---: | " + " | ".join("---:" for _ in cols) + " |"]
     for r in rows:
-        lines.append(f"| {r['workload']} | {r['batch']} | " + " | ".join(f"{r[c]:.3g}" for c in cols) + " |")
-    lines += ["", "Decisions:"] + [f"- {r['workload']}:{r['batch']} auto: {r.get('note_auto', '')}" for r in rows]
+        cells = [f"{r[c]:.3g}" if c in r else "-" for c in cols]
+        lines.append(f"| {r['workload']} | {r['batch']} | {r['rounds']} | " + " | ".join(cells) + " |")
+    lines += ["", "Decisions of `auto` (last round):"]
+    lines += [f"- {r['workload']}:{r['batch']}: {r['notes'].get('auto', '')}" for r in rows]
     text = "\n".join(lines) + "\n"
     tag = args.tag or f"h200-{now:%Y%m%d}"
     os.makedirs(args.out, exist_ok=True)
     result = {"benchmark": "pipeline_throughput", "date": now.isoformat(timespec="seconds"), "device": device,
-              "host": platform.machine(), "versions": {"torch": torch.__version__, "lightning": L.__version__},
+              "host": platform.machine(), "command": f"python benchmarks/pipeline_throughput.py {_command_args()}",
+              "versions": {"torch": torch.__version__, "lightning": L.__version__},
               "args": {k: v for k, v in vars(args).items() if k != "out"}, "rows": rows}
     with open(os.path.join(args.out, f"pipeline_throughput-{tag}.json"), "w") as f:
         json.dump(result, f, indent=1)
     with open(os.path.join(args.out, f"pipeline_throughput-{tag}.md"), "w") as f:
         f.write(text)
-    print(text)
+    print(text, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,72 +1,101 @@
-"""``mode="auto"``: time serial and pipelined steps, keep the faster, check again now and then."""
+"""``mode="auto"``: time serial and pipelined steps, keep the fastest, check again now and then."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
+
+SERIAL = "serial"
 
 
 @dataclass(frozen=True)
 class Measurement:
-    serial_ms: float
-    pipelined_ms: float
+    """Mean ms per step of each candidate in one round of trials, and what was chosen."""
+
+    ms: dict[str, float]
+    choice: str
+
+    @property
+    def serial_ms(self) -> float:
+        return self.ms[SERIAL]
+
+    @property
+    def best(self) -> str:
+        """The fastest pipelined candidate."""
+        return min((c for c in self.ms if c != SERIAL), key=self.ms.__getitem__)
+
+    @property
+    def pipelined_ms(self) -> float:
+        return self.ms[self.best]
 
     @property
     def gain(self) -> float:
-        """Pipelined throughput over serial throughput, minus one."""
+        """The fastest pipelined candidate's throughput over serial throughput, minus one."""
         return self.serial_ms / self.pipelined_ms - 1.0
 
 
 class AutoSwitch:
-    """Phases of ``trial`` steps each: serial, pipelined, serial, pipelined (alternating, so that drift in
-    the loader or the machine cancels out); then the faster runs for ``recheck`` steps.
+    """Trials of ``trial`` steps per candidate, in turn and twice (serial, then each pipelined way, then
+    again, so that drift in the loader or the machine cancels out); then the fastest runs for ``recheck``
+    steps.
 
-    Pipelining is kept only when it is faster by more than ``margin``. Each phase's first ``settle`` steps
-    are not timed (the switch itself costs a step). ``sync`` waits for the device at phase edges.
+    A pipelined candidate is kept only when it is faster than serial by more than ``margin``. Each trial's
+    first ``settle`` steps are not timed (the switch itself costs a step). ``sync`` waits for the device at
+    trial edges.
     """
 
     def __init__(
-        self, warmup: int = 20, trial: int = 30, recheck: int = 1000, margin: float = 0.01, settle: int = 3,
+        self, candidates: Sequence[str] = (SERIAL, "pipelined"), warmup: int = 20, trial: int = 30,
+        recheck: int = 1000, margin: float = 0.03, settle: int = 3, rounds: int = 2,
         sync: Callable[[], None] = lambda: None,
     ) -> None:
+        if not candidates or candidates[0] != SERIAL or len(candidates) < 2:
+            raise ValueError(f"AutoSwitch: candidates must start with {SERIAL!r} and name a pipelined way")
+        self.candidates = tuple(candidates)
         self.warmup, self.trial, self.recheck, self.margin, self.settle = warmup, trial, recheck, margin, settle
         self.sync = sync
-        self.pipelined = False
+        self.order = self.candidates * rounds
+        self.choice = SERIAL
         self.history: list[Measurement] = []
-        self._phase = "warmup"
+        self._phase = -1  # -1: warm-up or running the choice; else the index into ``order``
         self._left = warmup
         self._t0 = 0.0
-        self._times: dict[str, list[float]] = {"serial": [], "pipelined": []}
-        self._trials = 0
+        self._times: dict[str, list[float]] = {}
 
-    def step(self) -> bool:
-        """Call once per training batch; returns whether this batch's successor should be staged."""
+    @property
+    def pipelined(self) -> bool:
+        return self.choice != SERIAL
+
+    def step(self) -> str:
+        """Call once per training batch; returns the candidate to use for this batch's successor."""
         self._left -= 1
-        if self._left == self.trial - self.settle and self._phase in ("serial", "pipelined"):
+        if self._phase >= 0 and self._left == self.trial - self.settle:
             self.sync()
             self._t0 = time.perf_counter()
         if self._left > 0:
-            return self.pipelined
-        if self._phase in ("warmup", "run"):
-            self._times = {"serial": [], "pipelined": []}
-            self._enter("serial", pipelined=False)
+            return self.choice
+        if self._phase < 0:
+            self._times = {c: [] for c in self.candidates}
+            self._enter(0)
         else:
-            self._times[self._phase].append(self._elapsed_ms())
-            if self._phase == "serial":
-                self._enter("pipelined", pipelined=True)
-            elif len(self._times["pipelined"]) < 2:
-                self._enter("serial", pipelined=False)
+            self._times[self.order[self._phase]].append(self._elapsed_ms())
+            if self._phase + 1 < len(self.order):
+                self._enter(self._phase + 1)
             else:
-                m = Measurement(sum(self._times["serial"]) / 2, sum(self._times["pipelined"]) / 2)
-                self.history.append(m)
-                self._enter("run", pipelined=m.gain > self.margin, steps=self.recheck)
-        return self.pipelined
+                self._decide()
+        return self.choice
+
+    def _decide(self) -> None:
+        ms = {c: sum(t) / len(t) for c, t in self._times.items()}
+        best = min((c for c in ms if c != SERIAL), key=ms.__getitem__)
+        choice = best if ms[SERIAL] / ms[best] - 1.0 > self.margin else SERIAL
+        self.history.append(Measurement(ms, choice))
+        self._phase, self.choice, self._left = -1, choice, self.recheck
 
     def _elapsed_ms(self) -> float:
         self.sync()
         return (time.perf_counter() - self._t0) * 1e3 / (self.trial - self.settle)
 
-    def _enter(self, phase: str, pipelined: bool, steps: int | None = None) -> None:
-        self._phase, self.pipelined = phase, pipelined
-        self._left = steps if steps is not None else self.trial
+    def _enter(self, phase: int) -> None:
+        self._phase, self.choice, self._left = phase, self.order[phase], self.trial

@@ -144,7 +144,8 @@ class GraphedForward:
             for _ in range(self.warmup):  # on the current side stream, as CUDA graph capture requires
                 self.forward(static_in)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=torch.cuda.current_stream()):
+            # thread-local: other threads (training, pinning) keep calling CUDA while this one captures
+            with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
                 static_out = self.forward(static_in)
         return graph, static_in, static_out
 

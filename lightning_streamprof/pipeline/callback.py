@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Literal
 
 import torch
@@ -25,6 +27,7 @@ from lightning_streamprof.pipeline.fetcher import restore_class, staging_class
 from lightning_streamprof.pipeline.staging import StagedBatch, pin
 
 log = logging.getLogger(__name__)
+_WAYS = {"inline": "pipelined", "thread": "pipelined on a staging thread"}
 _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
@@ -56,10 +59,12 @@ class StreamPipeline(Callback):
 
     Results equal serial training when the augmentation draws from its own generator (the transforms of
     :mod:`lightning_streamprof.transforms` take one) and the hooks do not use the global RNG: running batch
-    N+1's hook before batch N's step changes the order in which the global RNG is consumed.
+    N+1's hook before batch N's step changes the order in which the global RNG is consumed. For the same
+    reason ``trainer.global_step`` in those hooks is one less than in serial training.
 
-    ``mode="auto"`` times serial and pipelined steps after ``warmup`` steps (``trial`` steps each) and keeps
-    the faster (pipelined only if more than 1% faster), measuring again every ``recheck`` steps. On CPU the
+    ``mode="auto"`` times serial and pipelined steps after ``warmup`` steps (two trials of ``trial`` steps
+    each; with CUDA and ``staging_thread=None``, pipelined both on and off the staging thread) and keeps the
+    fastest (pipelined only if more than 3% faster), measuring again every ``recheck`` steps. On CPU the
     same logic runs in order without streams (``auto`` then stays serial). :meth:`report` explains what was
     done; the decision is logged as ``streampipe/pipelined`` and ``streampipe/gain``.
 
@@ -75,6 +80,10 @@ class StreamPipeline(Callback):
         pin_memory: Pin host tensors before the copy (needed for an asynchronous copy).
         cuda_graph: Capture the backbone's staged forward as a CUDA graph per input shape (fewer host
             launches; for fixed shapes, without autocast; other shapes run eagerly).
+        staging_thread: Stage on a background thread (pinning, hooks, copy and backbone launches leave the
+            training loop's thread; the loader is still read by the loop). ``None``: with CUDA, on for
+            ``mode="on"`` and measured against staging on the loop's thread in ``auto``; off on CPU. Hooks then run outside Lightning's hook dispatch (``self.log`` is not available in them,
+            as in serial training) and the batch hooks get profiler ranges of the same names.
 
     Raises:
         ValueError: At ``setup``, for a backbone with trainable parameters, an unknown submodule or mode.
@@ -92,6 +101,7 @@ class StreamPipeline(Callback):
         backbone_input: Callable[[Any], torch.Tensor] | None = None,
         pin_memory: bool = True,
         cuda_graph: bool = False,
+        staging_thread: bool | None = None,
         warmup: int = 20,
         trial: int = 30,
         recheck: int = 1000,
@@ -104,6 +114,10 @@ class StreamPipeline(Callback):
         self.backbone_input = backbone_input
         self.pin_memory = pin_memory
         self.cuda_graph = cuda_graph
+        self.staging_thread = staging_thread
+        self._executor: ThreadPoolExecutor | None = None
+        self._threaded = False  # whether the next batch is staged on the thread
+        self._local = threading.local()  # ``staging`` is set on the staging thread
         self._auto_args = dict(warmup=warmup, trial=trial, recheck=recheck)
         self._trainer: Trainer | None = None
         self._proxy: BackboneProxy | None = None
@@ -111,7 +125,7 @@ class StreamPipeline(Callback):
         self._probe_hooks: list[Any] = []
         self._stream: torch.cuda.Stream | None = None
         self._cuda = False
-        self._slot: StagedBatch | None = None
+        self._slot: StagedBatch | Future[StagedBatch] | None = None
         self._delivered: Any = None
         self._exhausted = False
         self._orig_batch_hook: Callable[..., Any] | None = None
@@ -139,8 +153,16 @@ class StreamPipeline(Callback):
             self._stream.wait_stream(torch.cuda.current_stream(device))
         elif self.mode != "off":
             rank_zero_info("StreamPipeline: no CUDA device; batches are staged in order, without streams.")
-        sync = (lambda: torch.cuda.synchronize(device)) if self._cuda else (lambda: None)
-        self._auto = AutoSwitch(sync=sync, **self._auto_args) if self.mode == "auto" and self._cuda else None
+        can_thread = self.mode != "off" and (self.staging_thread or (self.staging_thread is None and self._cuda))
+        if can_thread:
+            self._executor = ThreadPoolExecutor(1, "streampipe", initializer=self._init_thread, initargs=(device,))
+        self._threaded = bool(can_thread)
+        if self.mode == "auto" and self._cuda:
+            ways = ("inline", "thread") if self.staging_thread is None else ("thread",) if can_thread else ("inline",)
+            sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
+            self._auto = AutoSwitch(candidates=("serial", *ways), sync=sync, **self._auto_args)
+        else:
+            self._auto = None
         if self._backbone_name is not None:
             self._install_proxy(pl_module.get_submodule(self._backbone_name))
         elif self.backbone_spec is None:
@@ -200,6 +222,10 @@ class StreamPipeline(Callback):
 
     @override
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if isinstance(self._slot, Future):
+            # staging overlaps the training step only: validation, checkpoints and epoch ends that follow see
+            # no hook of the next batch running (its hooks see the trainer state of a training step)
+            self._slot = self._slot.result()
         if self._probe_hooks:
             for handle in self._probe_hooks:
                 handle.remove()
@@ -208,8 +234,30 @@ class StreamPipeline(Callback):
             if self._proxy is None and self.backbone_spec is None:
                 rank_zero_info("StreamPipeline: no frozen child module takes the batch input; no backbone runs ahead.")
 
+    def _init_thread(self, device: torch.device) -> None:
+        self._local.staging = True
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+
+    def _drop_slot(self) -> None:
+        slot, self._slot = self._slot, None
+        if isinstance(slot, Future):
+            with contextlib.suppress(Exception):  # a batch that will not be trained
+                slot.result()
+
+    def _shutdown(self) -> None:
+        self._drop_slot()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    @override
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._shutdown()
+
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._shutdown()
         fetcher = trainer.fit_loop._data_fetcher
         if fetcher is not None:
             restore_class(fetcher)
@@ -225,19 +273,32 @@ class StreamPipeline(Callback):
 
     def on_epoch_iter(self, fetcher: Any) -> None:
         """A new iterator: nothing staged from the previous one may be delivered."""
-        self._slot = None
+        self._drop_slot()
         self._exhausted = False
 
     def _call_batch_hook(self, hook_name: str, *args: Any) -> Any:
         if args and args[0] is self._delivered and hook_name in _TRANSFER_HOOKS:
             return args[0]  # already transferred and augmented while the previous batch trained
-        assert self._orig_batch_hook is not None
-        out = self._orig_batch_hook(hook_name, *args)
+        out = self._hook(hook_name, *args)
         if hook_name == "on_after_batch_transfer" and self.augment is not None and self._trainer is not None:
             if self._trainer.training:
                 x = default_batch_input(out)
                 out = _replace_input(out, x, self.augment(x))
         return out
+
+    def _hook(self, hook_name: str, *args: Any) -> Any:
+        """Lightning's hook call; on the staging thread the hook is called directly, because Lightning's
+        dispatch sets ``_current_fx_name`` on the module, which the training thread is using."""
+        if not getattr(self._local, "staging", False):
+            assert self._orig_batch_hook is not None
+            return self._orig_batch_hook(hook_name, *args)
+        trainer = self._trainer
+        assert trainer is not None
+        selector = trainer._data_connector._datahook_selector
+        owner = selector.get_instance(hook_name) if selector is not None else trainer.lightning_module
+        kind = "LightningModule" if isinstance(owner, LightningModule) else "LightningDataModule"
+        with torch.autograd.profiler.record_function(f"[pl][profile][{kind}]{type(owner).__name__}.{hook_name}"):
+            return getattr(owner, hook_name)(*args)
 
     def next_batch(self, fetcher: Any, base_next: Callable[[Any], Any]) -> Any:
         """Batch N for the loop; batch N+1 staged before returning. Hooks run in batch order."""
@@ -255,6 +316,8 @@ class StreamPipeline(Callback):
         else:
             fetcher._start_profiler()  # the loop's fetch of batch N: waiting for its staging
             try:
+                if isinstance(staged, Future):
+                    staged = staged.result()
                 batch = staged.hand_over()
             finally:
                 fetcher._stop_profiler()
@@ -273,10 +336,11 @@ class StreamPipeline(Callback):
             return False
         if self._auto is not None:
             decided = len(self._auto.history)
-            pipelined = self._auto.step()
+            choice = self._auto.step()
             if len(self._auto.history) > decided:
                 self._log_decision()
-            return pipelined
+            self._threaded = choice == "thread"
+            return choice != "serial"
         return self.mode == "on"
 
     def _next_allowed(self) -> bool:
@@ -298,12 +362,19 @@ class StreamPipeline(Callback):
             with trainer.profiler.profile("[StreamPipeline].stage_next_batch"):
                 item = base_next(fetcher)
                 self._exhausted = fetcher.done
-                self._slot = self._stage_item(item)
+                if self._threaded and self._executor is not None:
+                    self._slot = self._executor.submit(self._stage_on_thread, item)
+                else:
+                    self._slot = self._stage_item(item)
             fetcher.done = False
         except StopIteration:
             fetcher.done = True
         finally:
             fetcher._start_profiler, fetcher._stop_profiler = start, stop
+
+    def _stage_on_thread(self, item: tuple) -> StagedBatch:
+        with torch.autograd.profiler.record_function("[pl][profile][StreamPipeline].stage_on_thread"):
+            return self._stage_item(item)
 
     def _stage_item(self, item: tuple) -> StagedBatch:
         staged = self._stage(item[0])
@@ -312,13 +383,13 @@ class StreamPipeline(Callback):
 
     def _stage(self, raw: Any) -> StagedBatch:
         trainer = self._trainer
-        assert trainer is not None and self._orig_batch_hook is not None
+        assert trainer is not None
         batch = trainer.precision_plugin.convert_input(raw)
         if self._cuda and self.pin_memory:
             batch = pin(batch)
         stream_ctx = torch.cuda.stream(self._stream) if self._cuda else contextlib.nullcontext()
         with stream_ctx:
-            batch = self._orig_batch_hook("on_before_batch_transfer", batch, 0)
+            batch = self._hook("on_before_batch_transfer", batch, 0)
             batch = trainer.strategy.batch_to_device(batch, dataloader_idx=0)
             staged = StagedBatch(batch)
             if self._proxy is not None and self.backbone_input is not None:
@@ -346,6 +417,8 @@ class StreamPipeline(Callback):
     def report(self) -> str:
         """What the pipeline did, with the measurements behind its decision."""
         where = "CUDA streams" if self._cuda else "no CUDA device: in order, without streams"
+        if self._auto is None and self._threaded:
+            where += ", staging thread"
         lines = [f"StreamPipeline ({self.mode}, {where}): {self.staged_batches} batches staged ahead,"
                  f" {self.serial_batches} fetched serially"]
         if self._backbone_name is not None:
@@ -357,17 +430,16 @@ class StreamPipeline(Callback):
                 lines.append(f"  CUDA graph: {graphed.replays} replays, {graphed.eager} eager calls")
         if self._auto is not None:
             for m in self._auto.history:
-                lines.append(
-                    f"  measured: serial {m.serial_ms:.3f} ms/step, pipelined {m.pipelined_ms:.3f} ms/step"
-                    f" ({100 * m.gain:+.1f}%) -> {'pipelined' if m.gain > self._auto.margin else 'serial'}"
-                )
+                ways = ", ".join(f"{_WAYS.get(c, c)} {ms:.3f}" for c, ms in m.ms.items())
+                lines.append(f"  measured ms/step: {ways}; best pipelined {100 * m.gain:+.1f}% -> {_WAYS.get(m.choice, m.choice)}")
         return "\n".join(lines)
 
     def _log_decision(self, final: bool = False) -> None:
         if self._auto is None or not self._auto.history or self._trainer is None:
             return
         m = self._auto.history[-1]
-        metrics = {"streampipe/pipelined": float(self._auto.pipelined), "streampipe/gain": m.gain}
+        metrics = {"streampipe/pipelined": float(self._auto.pipelined), "streampipe/gain": m.gain,
+                   "streampipe/threaded": float(self._auto.choice == "thread")}
         for logger in self._trainer.loggers:
             logger.log_metrics(metrics, step=self._trainer.global_step)
         if final:

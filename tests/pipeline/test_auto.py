@@ -1,30 +1,58 @@
 import time
 
-from lightning_streamprof.pipeline.auto import AutoSwitch
+import pytest
+
+from lightning_streamprof.pipeline.auto import AutoSwitch, Measurement
 
 
-def drive(switch, serial_s, pipelined_s, steps):
-    decisions = []
-    pipelined = False
+def drive(switch, seconds, steps):
+    """Steps that take ``seconds[candidate]``; returns the candidate used at each step."""
+    used = []
+    current = "serial"
     for _ in range(steps):
-        time.sleep(pipelined_s if pipelined else serial_s)
-        pipelined = switch.step()
-        decisions.append(pipelined)
-    return decisions
+        time.sleep(seconds[current])
+        current = switch.step()
+        used.append(current)
+    return used
 
 
 def test_keeps_pipelining_when_faster_and_serial_when_not():
     fast = AutoSwitch(warmup=2, trial=6, recheck=50, settle=1)
-    drive(fast, serial_s=0.004, pipelined_s=0.002, steps=40)
-    assert fast.pipelined and fast.history[0].gain > 0.5
+    drive(fast, {"serial": 0.004, "pipelined": 0.002}, steps=40)
+    assert fast.pipelined and fast.choice == "pipelined" and fast.history[0].gain > 0.5
     slow = AutoSwitch(warmup=2, trial=6, recheck=50, settle=1)
-    drive(slow, serial_s=0.002, pipelined_s=0.004, steps=40)
+    drive(slow, {"serial": 0.002, "pipelined": 0.004}, steps=40)
     assert not slow.pipelined and slow.history[0].gain < 0
+
+
+def test_picks_the_fastest_of_several_pipelined_ways():
+    switch = AutoSwitch(("serial", "inline", "thread"), warmup=2, trial=6, recheck=50, settle=1)
+    drive(switch, {"serial": 0.008, "inline": 0.005, "thread": 0.002}, steps=50)
+    m = switch.history[0]
+    assert switch.choice == m.choice == m.best == "thread"
+    assert m.ms["serial"] > m.ms["inline"] > m.ms["thread"]
+    slower = AutoSwitch(("serial", "inline", "thread"), warmup=2, trial=6, recheck=50, settle=1)
+    drive(slower, {"serial": 0.002, "inline": 0.006, "thread": 0.003}, steps=50)
+    assert slower.choice == "serial" and slower.history[0].best == "thread"
+
+
+def test_a_gain_within_the_margin_stays_serial():
+    switch = AutoSwitch(warmup=1, trial=4, recheck=50, settle=1, margin=0.5)
+    drive(switch, {"serial": 0.003, "pipelined": 0.0025}, steps=30)
+    assert 0 < switch.history[0].gain < 0.5 and switch.choice == "serial"
 
 
 def test_trials_alternate_and_recheck():
     switch = AutoSwitch(warmup=1, trial=3, recheck=5, settle=1)
-    decisions = drive(switch, 0.001, 0.001, 1 + 12 + 5 + 12)
+    used = drive(switch, {"serial": 0.001, "pipelined": 0.001}, 1 + 12 + 5 + 12)
     # warm-up step, then serial / pipelined / serial / pipelined trials of 3 steps, then 5 steps of the choice
-    assert decisions[:13] == [False] * 3 + [True] * 3 + [False] * 3 + [True] * 3 + [decisions[12]]
+    assert used[:12] == ["serial"] * 3 + ["pipelined"] * 3 + ["serial"] * 3 + ["pipelined"] * 3
+    assert used[12:17] == [switch.history[0].choice] * 5
     assert len(switch.history) == 2
+
+
+def test_measurement_and_bad_candidates():
+    m = Measurement({"serial": 10.0, "inline": 9.0, "thread": 8.0}, choice="thread")
+    assert m.best == "thread" and m.gain == 0.25 and m.serial_ms == 10.0 and m.pipelined_ms == 8.0
+    with pytest.raises(ValueError, match="candidates"):
+        AutoSwitch(("thread", "serial"))

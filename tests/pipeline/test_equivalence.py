@@ -31,11 +31,12 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline", "thread"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_pipelined_equals_serial(case):
+def test_pipelined_equals_serial(case, threaded):
     kwargs = dict(CASES[case])
     serial, t_serial = run(None, **kwargs)
-    piped, t_piped = run("on", callback_kwargs=dict(backbone="backbone"), **kwargs)
+    piped, t_piped = run("on", callback_kwargs=dict(backbone="backbone", staging_thread=threaded), **kwargs)
     assert piped.seen == serial.seen  # same batches, same augmentation, none twice, none skipped
     assert piped.transfers == serial.transfers
     assert piped.losses == pytest.approx(serial.losses, rel=1e-6, abs=1e-7)
@@ -46,8 +47,10 @@ def test_pipelined_equals_serial(case):
     assert t_piped.global_step == t_serial.global_step
     assert t_piped.fit_loop.epoch_loop.batch_progress.is_last_batch == t_serial.fit_loop.epoch_loop.batch_progress.is_last_batch
     pipe = t_piped.callbacks[0]
-    # the backbone input is confirmed on the first step: batches 0 and 1 were staged before
-    assert pipe.staged_batches > 0 and pipe._proxy.hits == pipe.staged_batches - 2
+    # the backbone input is confirmed on the first step: batches 0 and 1 were staged before (on the staging
+    # thread, batch 1 may be staged after it)
+    assert pipe.staged_batches > 0
+    assert pipe._proxy.hits == pipe.staged_batches - 2 or (threaded and pipe._proxy.hits == pipe.staged_batches - 1)
     assert "forward" not in piped.backbone.__dict__
 
 

@@ -11,11 +11,13 @@ from lightning_streamprof import StreamPipeline
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline", "thread"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_pipelined_equals_serial_on_cuda(case):
+def test_pipelined_equals_serial_on_cuda(case, threaded):
     kwargs = dict(CASES[case])
     serial, t_serial = run(None, accelerator="gpu", **kwargs)
-    piped, t_piped = run("on", accelerator="gpu", callback_kwargs=dict(backbone="backbone"), **kwargs)
+    piped, t_piped = run("on", accelerator="gpu", callback_kwargs=dict(backbone="backbone", staging_thread=threaded),
+                         **kwargs)
     assert piped.seen == serial.seen
     assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
     for a, b in zip(piped.head.parameters(), serial.head.parameters()):
@@ -53,13 +55,14 @@ class Resident(L.LightningModule):
         return torch.optim.SGD(self.head.parameters(), lr=0.01)
 
 
-def test_memory_flat_over_2000_pipelined_steps():
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline", "thread"])
+def test_memory_flat_over_2000_pipelined_steps(threaded):
     x = torch.randint(0, 255, (64, 3, 64, 64), dtype=torch.uint8)
     y = torch.randint(0, 4, (64, 64, 64))
     tracker = Tracker()
     trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=2000, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[StreamPipeline(mode="on", backbone="backbone"), tracker])
+                        callbacks=[StreamPipeline(mode="on", backbone="backbone", staging_thread=threaded), tracker])
     trainer.fit(Resident(), DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True, pin_memory=True))
     steady = tracker.allocated[2:]
     batch_bytes = 8 * 3 * 64 * 64 + 8 * 64 * 64 * 8 + 8 * 16 * 64 * 64 * 4  # images, labels, backbone output
@@ -68,12 +71,25 @@ def test_memory_flat_over_2000_pipelined_steps():
     assert pipe.staged_batches >= 1990 and pipe._proxy.hits >= 1990
 
 
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline", "thread"])
 @pytest.mark.parametrize("case", ["sized", "iterable_limited", "validation_interleaved"])
-def test_cuda_graph_backbone_equals_serial(case):
+def test_cuda_graph_backbone_equals_serial(case, threaded):
     kwargs = dict(CASES[case])
     serial, _ = run(None, accelerator="gpu", **kwargs)
-    piped, trainer = run("on", accelerator="gpu", callback_kwargs=dict(backbone="backbone", cuda_graph=True), **kwargs)
+    piped, trainer = run("on", accelerator="gpu", callback_kwargs=dict(backbone="backbone", cuda_graph=True,
+                                                                       staging_thread=threaded), **kwargs)
     assert piped.seen == serial.seen
     assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
     graphed = trainer.callbacks[0]._proxy.graphed
     assert graphed is not None and graphed.replays > 0
+
+
+def test_auto_measures_serial_inline_and_thread_and_equals_serial():
+    serial, _ = run(None, accelerator="gpu", max_epochs=3)
+    piped, trainer = run("auto", accelerator="gpu", max_epochs=3,
+                         callback_kwargs=dict(backbone="backbone", warmup=2, trial=4, recheck=100))
+    pipe = trainer.callbacks[0]
+    assert set(pipe._auto.history[0].ms) == {"serial", "inline", "thread"}
+    assert "measured ms/step" in pipe.report()
+    assert piped.seen == serial.seen
+    assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
