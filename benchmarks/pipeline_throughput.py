@@ -93,7 +93,8 @@ def lightning_rate(workload: str, batch: int, steps: int, workers: int, mode: st
     pipe = None
     if mode:
         pipe = StreamPipeline(mode=mode.split("+")[0].split("_")[0], backbone=False if workload == "augment" else "encoder",
-                              cuda_graph=mode.endswith("+graph"), staging_thread=not mode.startswith("on_inline"))
+                              cuda_graph=mode.endswith("+graph"),
+                              staging_thread=None if mode == "auto" else not mode.startswith("on_inline"))
     callbacks = [clock] + ([pipe] if pipe else [])
     trainer = L.Trainer(max_steps=steps, accelerator="gpu", devices=1, callbacks=callbacks, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
