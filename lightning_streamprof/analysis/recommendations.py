@@ -10,7 +10,8 @@ id                          rule
                             no Tensor Core kernel at all (torch-tb-profiler's rule), or over half of the
                             eligible kernel time without them
 ``memory``                  peak allocated > 90% of ``totalGlobalMem``
-``stream_pipeline``         ``on_after_batch_transfer`` or a frozen module's forward > 10% of the mean step
+``stream_pipeline``         ``on_after_batch_transfer`` or a frozen module's forward > 10% of the mean step,
+                           unless StreamPipeline already stages batches in the trace
 ==========================  ==========================================================================
 """
 
@@ -36,6 +37,7 @@ MEMORY_SHARE = 0.90
 PIPELINE_SHARE = 0.10
 
 _HOOK = re.compile(r"^\[pl\]\[profile\]\[LightningModule\].*\.on_after_batch_transfer$")
+_PIPELINE_RANGE = "[pl][profile][StreamPipeline]"
 _FROZEN = re.compile(r"backbone|frozen|encoder", re.IGNORECASE)
 _LIGHTNING_MODULE = re.compile(r"^\[pl\]\[profile\]\[LightningModule\](\w+)\.")
 
@@ -69,8 +71,8 @@ def _per_step_ns(table: EventTable, rows: np.ndarray, breakdown: StepBreakdown) 
 
 def _pipeline(table: EventTable, breakdown: StepBreakdown) -> list[Recommendation]:
     step = breakdown.mean_step_ns
-    if step <= 0:
-        return []
+    if step <= 0 or any(n.startswith(_PIPELINE_RANGE) for n in table.names):
+        return []  # StreamPipeline is already staging batches in this run
     host = table.select(Kind.USER_ANNOTATION, Kind.CPU_OP)
     found = []
     hooks = host[name_mask(table, host, _HOOK.match)]

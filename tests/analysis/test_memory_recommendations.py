@@ -94,6 +94,9 @@ def test_communication_and_pipeline_recommendations():
     assert frozen.evidence["names"] == ["nn.Module: FrozenEncoder_0"]
     assert frozen.evidence["share"] == pytest.approx(0.12)
     assert "StreamPipeline" in hook.message
+    b.annotation("[pl][profile][StreamPipeline].stage_next_batch", 80, 10)  # already pipelined: no advice
+    after = [r.id for r in analyze_table(b.table()).recommendations]
+    assert "stream_pipeline" not in after and "communication" in after
 
 
 def test_tensor_core_rule_of_tb_profiler():
