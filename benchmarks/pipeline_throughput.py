@@ -290,6 +290,7 @@ MODES = {"serial": None, "auto": "auto", "on": "on", "on_inline": "on_inline", "
 def measure_workload(workload: str, batch: int, rounds: int, args: argparse.Namespace) -> dict:
     """Every configuration ``rounds`` times (order rotated each round); medians and each run."""
     configs = [m for m in MODES if not (workload == "augment" and m.endswith("+graph"))] + ["hand", "loader"]
+    configs = [c for c in configs if args.configs is None or c in args.configs.split(",")]
     runs: dict[str, list[float]] = {}
     notes: dict[str, str] = {}
     for r in range(rounds):
@@ -308,12 +309,16 @@ def measure_workload(workload: str, batch: int, rounds: int, args: argparse.Name
     row: dict = {"workload": workload, "batch": batch, "rounds": rounds}
     row.update({k: statistics.median(v) for k, v in runs.items()})
     row["ceiling_gpu_busy"] = gpu_busy_rate(workload, batch)
-    lower = min(row["ceiling_loader"], row["ceiling_gpu_busy"])
+    lower = min(row.get("ceiling_loader", float("inf")), row["ceiling_gpu_busy"])
     pipelined = [row[k] for k in ("lightning_on", "lightning_on_inline", "lightning_on+graph") if k in row]
-    best = max([row["lightning_auto"]] + pipelined)
-    row["on_vs_lower_ceiling"] = max(pipelined) / lower
-    row["auto_vs_serial"] = row["lightning_auto"] / row["lightning_serial"]
-    row["best_vs_hand_streams"] = best / row["hand_streams"]
+    best = max([row[k] for k in ("lightning_auto",) if k in row] + pipelined, default=None)
+    if pipelined:
+        row["on_vs_lower_ceiling"] = max(pipelined) / lower
+    if "lightning_auto" in row and "lightning_serial" in row:
+        row["auto_vs_serial"] = row["lightning_auto"] / row["lightning_serial"]
+        row["auto_vs_serial_per_round"] = [a / b for a, b in zip(runs["lightning_auto"], runs["lightning_serial"])]
+    if best is not None and "hand_streams" in row:
+        row["best_vs_hand_streams"] = best / row["hand_streams"]
     row["runs"] = runs
     row["notes"] = notes
     return row
@@ -325,6 +330,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--rounds", type=int, default=1, help="runs per configuration (a workload:batch:rounds spec overrides)")
+    p.add_argument("--configs", default=None,
+                   help="comma-separated subset of: " + ", ".join([*MODES, "hand", "loader"]) + " (default: all)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--tag", default=None)
     args = p.parse_args()
@@ -355,6 +362,11 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     for r in rows:
         cells = [f"{r[c]:.3g}" if c in r else "-" for c in cols]
         lines.append(f"| {r['workload']} | {r['batch']} | {r['rounds']} | " + " | ".join(cells) + " |")
+    paired = [r for r in rows if "auto_vs_serial_per_round" in r and r["rounds"] > 1]
+    if paired:
+        lines += ["", "auto / serial per round (runs of one round are back to back):"]
+        lines += [f"- {r['workload']}:{r['batch']}: " + ", ".join(f"{x:.3f}" for x in r["auto_vs_serial_per_round"])
+                  for r in paired]
     lines += ["", "Decisions of `auto` (last round):"]
     lines += [f"- {r['workload']}:{r['batch']}: {r['notes'].get('auto', '')}" for r in rows]
     text = "\n".join(lines) + "\n"
