@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 SERIAL = "serial"
@@ -11,10 +11,17 @@ SERIAL = "serial"
 
 @dataclass(frozen=True)
 class Measurement:
-    """Mean ms per step of each candidate in one round of trials, and what was chosen."""
+    """Mean ms per step of each candidate in one round of trials, each trial's ms per step, and the choice."""
 
     ms: dict[str, float]
     choice: str
+    trials: dict[str, list[float]] = field(default_factory=dict)
+
+    def worst_gain(self, candidate: str) -> float:
+        """The candidate's gain over serial from its slowest trial against serial's fastest."""
+        if not self.trials:
+            return self.serial_ms / self.ms[candidate] - 1.0
+        return min(self.trials[SERIAL]) / max(self.trials[candidate]) - 1.0
 
     @property
     def serial_ms(self) -> float:
@@ -40,14 +47,16 @@ class AutoSwitch:
     again, so that drift in the loader or the machine cancels out); then the fastest runs for ``recheck``
     steps.
 
-    A pipelined candidate is kept only when it is faster than serial by more than ``margin``. Each trial's
+    A pipelined candidate is kept only when every one of its trials is faster than every serial trial by more
+    than ``margin`` (a gain smaller than the trials' own spread is noise); of those, the fastest on average
+    wins. Each trial's
     first ``settle`` steps are not timed (the switch itself costs a step). ``sync`` waits for the device at
     trial edges.
     """
 
     def __init__(
         self, candidates: Sequence[str] = (SERIAL, "pipelined"), warmup: int = 20, trial: int = 30,
-        recheck: int = 1000, margin: float = 0.03, settle: int = 3, rounds: int = 2,
+        recheck: int = 1000, margin: float = 0.02, settle: int = 3, rounds: int = 2,
         sync: Callable[[], None] = lambda: None,
     ) -> None:
         if not candidates or candidates[0] != SERIAL or len(candidates) < 2:
@@ -88,9 +97,10 @@ class AutoSwitch:
 
     def _decide(self) -> None:
         ms = {c: sum(t) / len(t) for c, t in self._times.items()}
-        best = min((c for c in ms if c != SERIAL), key=ms.__getitem__)
-        choice = best if ms[SERIAL] / ms[best] - 1.0 > self.margin else SERIAL
-        self.history.append(Measurement(ms, choice))
+        m = Measurement(ms, SERIAL, {c: list(t) for c, t in self._times.items()})
+        clear = [c for c in self.candidates[1:] if m.worst_gain(c) > self.margin]
+        choice = min(clear, key=ms.__getitem__) if clear else SERIAL
+        self.history.append(Measurement(ms, choice, m.trials))
         self._phase, self.choice, self._left = -1, choice, self.recheck
 
     def _elapsed_ms(self) -> float:

@@ -64,7 +64,8 @@ class StreamPipeline(Callback):
 
     ``mode="auto"`` times serial and pipelined steps after ``warmup`` steps (two trials of ``trial`` steps
     each; with CUDA and ``staging_thread=None``, pipelined both on and off the staging thread) and keeps the
-    fastest (pipelined only if more than 3% faster), measuring again every ``recheck`` steps. On CPU the
+    fastest (pipelined only if each of its trials beats each serial trial by more than 2%), measuring again
+    every ``recheck`` steps. On CPU the
     same logic runs in order without streams (``auto`` then stays serial). :meth:`report` explains what was
     done; the decision is logged as ``streampipe/pipelined`` and ``streampipe/gain``.
 
@@ -431,7 +432,10 @@ class StreamPipeline(Callback):
         if self._auto is not None:
             for m in self._auto.history:
                 ways = ", ".join(f"{_WAYS.get(c, c)} {ms:.3f}" for c, ms in m.ms.items())
-                lines.append(f"  measured ms/step: {ways}; best pipelined {100 * m.gain:+.1f}% -> {_WAYS.get(m.choice, m.choice)}")
+                lines.append(
+                    f"  measured ms/step: {ways}; best pipelined {100 * m.gain:+.1f}% (its slowest trial vs the"
+                    f" fastest serial one {100 * m.worst_gain(m.best):+.1f}%) -> {_WAYS.get(m.choice, m.choice)}"
+                )
         return "\n".join(lines)
 
     def _log_decision(self, final: bool = False) -> None:

@@ -42,6 +42,20 @@ def test_a_gain_within_the_margin_stays_serial():
     assert 0 < switch.history[0].gain < 0.5 and switch.choice == "serial"
 
 
+def test_a_mean_gain_that_the_trials_do_not_agree_on_stays_serial():
+    """Serial trials 10 and 12 ms, pipelined 9 and 11: 8% faster on average, but its slowest trial is
+    slower than serial's fastest, so the difference is within the noise."""
+    m = Measurement({"serial": 11.0, "thread": 10.0}, "serial", {"serial": [10.0, 12.0], "thread": [9.0, 11.0]})
+    assert m.gain > 0.05 and m.worst_gain("thread") == pytest.approx(10 / 11 - 1)
+    switch = AutoSwitch(("serial", "thread"), warmup=1, trial=3, recheck=50, settle=1)
+    switch._times = {"serial": [10.0, 12.0], "thread": [9.0, 11.0]}
+    switch._decide()
+    assert switch.choice == "serial"
+    switch._times = {"serial": [10.0, 10.5], "thread": [9.0, 9.5]}  # every trial faster by > 2%
+    switch._decide()
+    assert switch.choice == "thread"
+
+
 def test_trials_alternate_and_recheck():
     switch = AutoSwitch(warmup=1, trial=3, recheck=5, settle=1)
     used = drive(switch, {"serial": 0.001, "pipelined": 0.001}, 1 + 12 + 5 + 12)
