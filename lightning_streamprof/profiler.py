@@ -100,6 +100,9 @@ class StreamProfiler(Profiler):
         activities: ``"cpu"``/``"cuda"`` to trace; default CPU plus CUDA when available.
         compress_level: gzip level of the written traces (1 fastest .. 9 smallest).
         row_limit: Operators per window shown by :meth:`summary`.
+        all_threads: Record the operators of every thread, not only the training loop's (where torch
+            supports it). ``None``: on when a :class:`StreamPipeline` stages batches on its own thread,
+            so the trace shows that work.
         analyze: Analyse each window in a worker process and log its headline numbers
             (``streamprof/gpu_utilization``, ``streamprof/sm_efficiency``, ``streamprof/achieved_occupancy``,
             ``streamprof/step_ms`` and ``streamprof/step_ms/<category>``) through the Trainer's loggers.
@@ -132,6 +135,7 @@ class StreamProfiler(Profiler):
         compress_level: int = 3,
         row_limit: int = 10,
         analyze: bool = True,
+        all_threads: bool | None = None,
     ) -> None:
         super().__init__(dirpath=dirpath, filename=filename)
         if every is None and max_overhead is None:
@@ -151,6 +155,7 @@ class StreamProfiler(Profiler):
         self.compress_level = compress_level
         self.row_limit = row_limit
         self.analyze = analyze
+        self.all_threads = all_threads
         self._user_dirpath = dirpath
         self._exporter: TraceExporter | None = None
         self._reset_run_state(stage=None)
@@ -346,8 +351,21 @@ class StreamProfiler(Profiler):
             profile_memory=self.profile_memory,
             with_stack=self.with_stack,
             with_flops=self.with_flops,
+            experimental_config=self._experimental_config(),
         )
         self._prof.prepare_trace()
+
+    def _experimental_config(self) -> Any:
+        wanted = self.all_threads
+        if wanted is None:
+            trainer = self._trainer()
+            wanted = any(getattr(cb, "stages_on_thread", False) for cb in getattr(trainer, "callbacks", None) or [])
+        if not wanted:
+            return None
+        try:
+            return torch.profiler._ExperimentalConfig(profile_all_threads=True)
+        except (AttributeError, TypeError):  # a torch without it
+            return None
 
     def _start_trace(self, window: Window) -> None:
         prof = self._prof

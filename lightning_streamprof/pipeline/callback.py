@@ -410,6 +410,11 @@ class StreamPipeline(Callback):
     # ------------------------------------------------------------------ explanation
 
     @property
+    def stages_on_thread(self) -> bool:
+        """Whether batches may be staged on the staging thread in this run (the profiler then records it)."""
+        return self._executor is not None
+
+    @property
     def pipelined(self) -> bool:
         if self.mode == "auto":
             return self._auto is not None and self._auto.pipelined

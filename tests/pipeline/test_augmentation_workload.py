@@ -44,3 +44,30 @@ def test_profiler_summary_shows_the_pipeline_report(tmp_path):
     trainer.fit(Classifier(image_size=16), DataLoader(RandomImages(32, 16), batch_size=4))
     text = profiler.summary()
     assert "window 0" in text and "StreamPipeline (on, no CUDA device" in text and "6 batches staged ahead" in text
+
+
+def test_profiled_window_records_the_staging_thread(tmp_path):
+    """With staging on a thread, the profiler's trace has the next batch's hook on the staging thread's own
+    track, inside the training step's time, and the run ends with no profiling warning."""
+    import gzip
+    import json
+    import warnings
+
+    from lightning_streamprof import StreamProfiler
+
+    profiler = StreamProfiler(dirpath=tmp_path, skip_first=2, warmup=1, active=3, every=0)
+    trainer = L.Trainer(accelerator="cpu", max_steps=8, profiler=profiler, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[StreamPipeline(backbone=False, mode="on", staging_thread=True)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Classifier(image_size=16), DataLoader(RandomImages(32, 16), batch_size=4))
+    assert not [w for w in caught if "StreamProfiler" in str(w.message)]
+    (trace,) = tmp_path.rglob("*.pt.trace.json.gz")
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    staged = [e for e in events if e.get("name") == "[pl][profile][StreamPipeline].stage_on_thread"]
+    hooks = [e for e in events if e.get("name") == "[pl][profile][LightningModule]Classifier.on_after_batch_transfer"]
+    assert len(steps) == 3 and staged and hooks
+    main_tid = steps[0]["tid"]
+    assert {e["tid"] for e in staged} == {e["tid"] for e in hooks} != {main_tid}
