@@ -45,6 +45,16 @@ def _replace_input(batch: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
     raise ValueError("StreamPipeline: `augment` needs a batch that is a tensor, a sequence or a mapping")
 
 
+class _Fetched:
+    """Batch N+1 as the loader gave it, waiting for the training thread to block in ``backward`` before the
+    staging thread prepares it (so that the two threads do not contend for the GIL during the step)."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: tuple) -> None:
+        self.item = item
+
+
 class StreamPipeline(Callback):
     r"""Overlaps the next batch's host-to-device copy, GPU augmentation and frozen-backbone forward with the
     current training step, on a side CUDA stream. ``training_step`` stays unchanged.
@@ -82,7 +92,9 @@ class StreamPipeline(Callback):
         cuda_graph: Capture the backbone's staged forward as a CUDA graph per input shape (fewer host
             launches; for fixed shapes, without autocast; other shapes run eagerly).
         staging_thread: Stage on a background thread (pinning, hooks, copy and backbone launches leave the
-            training loop's thread; the loader is still read by the loop). ``None``: with CUDA, on for
+            training loop's thread; the loader is still read by the loop). The thread starts on batch N+1
+            when batch N's step reaches ``backward``, where the training thread waits in the autograd engine
+            without holding the GIL, and finishes before anything that follows the step. ``None``: with CUDA, on for
             ``mode="on"`` and measured against staging on the loop's thread in ``auto``; off on CPU. Hooks then run outside Lightning's hook dispatch (``self.log`` is not available in them,
             as in serial training) and the batch hooks get profiler ranges of the same names.
 
@@ -126,7 +138,7 @@ class StreamPipeline(Callback):
         self._probe_hooks: list[Any] = []
         self._stream: torch.cuda.Stream | None = None
         self._cuda = False
-        self._slot: StagedBatch | Future[StagedBatch] | None = None
+        self._slot: StagedBatch | Future[StagedBatch] | _Fetched | None = None
         self._delivered: Any = None
         self._exhausted = False
         self._orig_batch_hook: Callable[..., Any] | None = None
@@ -222,11 +234,16 @@ class StreamPipeline(Callback):
             self._delivered_probe = batch
 
     @override
+    def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
+        if isinstance(self._slot, _Fetched) and self._executor is not None:
+            # the training thread now waits in the autograd engine with the GIL released
+            self._slot = self._executor.submit(self._stage_on_thread, self._slot.item)
+
+    @override
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if isinstance(self._slot, Future):
-            # staging overlaps the training step only: validation, checkpoints and epoch ends that follow see
-            # no hook of the next batch running (its hooks see the trainer state of a training step)
-            self._slot = self._slot.result()
+        # staging overlaps the training step only: validation, checkpoints and epoch ends that follow see
+        # no hook of the next batch running (its hooks see the trainer state of a training step)
+        self._slot = self._resolve(self._slot)
         if self._probe_hooks:
             for handle in self._probe_hooks:
                 handle.remove()
@@ -239,6 +256,14 @@ class StreamPipeline(Callback):
         self._local.staging = True
         if device.type == "cuda":
             torch.cuda.set_device(device)
+
+    def _resolve(self, slot: Any) -> Any:
+        """The staged batch of a slot: staged now if it was only fetched, awaited if it is being staged."""
+        if isinstance(slot, _Fetched):
+            return self._stage_item(slot.item)  # no backward in this step (e.g. a skipped step)
+        if isinstance(slot, Future):
+            return slot.result()
+        return slot
 
     def _drop_slot(self) -> None:
         slot, self._slot = self._slot, None
@@ -317,8 +342,7 @@ class StreamPipeline(Callback):
         else:
             fetcher._start_profiler()  # the loop's fetch of batch N: waiting for its staging
             try:
-                if isinstance(staged, Future):
-                    staged = staged.result()
+                staged = self._resolve(staged)
                 batch = staged.hand_over()
             finally:
                 fetcher._stop_profiler()
@@ -364,7 +388,7 @@ class StreamPipeline(Callback):
                 item = base_next(fetcher)
                 self._exhausted = fetcher.done
                 if self._threaded and self._executor is not None:
-                    self._slot = self._executor.submit(self._stage_on_thread, item)
+                    self._slot = _Fetched(item)  # staged on the thread once the step reaches backward
                 else:
                     self._slot = self._stage_item(item)
             fetcher.done = False

@@ -1,6 +1,7 @@
-"""2-process DDP (gloo) fit with or without StreamPipeline; prints rank, batch checksums and final head weights.
+"""2-process DDP (gloo) fit with or without StreamPipeline; each rank writes its batch checksums, losses and final
+head weights to ``<out>/rank<R>.json``.
 
-    ddp_pipeline_program.py on|off
+    ddp_pipeline_program.py on|off|thread OUT_DIR
 """
 
 import json
@@ -15,13 +16,14 @@ from pipeline_models import Net, loader  # noqa: E402
 from lightning_streamprof import StreamPipeline  # noqa: E402
 
 if __name__ == "__main__":
-    mode = sys.argv[1]
+    mode, out = sys.argv[1], sys.argv[2]
     net = Net()
-    callbacks = [StreamPipeline(mode="on", backbone="backbone")] if mode == "on" else []
+    callbacks = [StreamPipeline(mode="on", backbone="backbone", staging_thread=mode == "thread")] if mode != "off" else []
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, callbacks=callbacks, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(net, loader("sized"))
     staged = callbacks[0].staged_batches if callbacks else 0
     weights = [round(float(v), 6) for v in net.head[1].weight.flatten()[:8]]
-    print("RESULT " + json.dumps({"rank": trainer.global_rank, "seen": net.seen, "losses": net.losses,
-                                  "weights": weights, "steps": trainer.global_step, "staged": staged}))
+    with open(os.path.join(out, f"rank{trainer.global_rank}.json"), "w") as f:
+        json.dump({"rank": trainer.global_rank, "seen": net.seen, "losses": net.losses, "weights": weights,
+                   "steps": trainer.global_step, "staged": staged}, f)

@@ -8,18 +8,21 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(mode):
+def run(mode, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"))}
     env["CUDA_VISIBLE_DEVICES"] = ""
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "ddp_pipeline_program.py"), mode],
+    out = tmp_path / mode
+    out.mkdir()
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "ddp_pipeline_program.py"), mode, str(out)],
                           capture_output=True, text=True, timeout=400, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    results = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    results = [json.loads(f.read_text()) for f in sorted(out.glob("rank*.json"))]
     return {r["rank"]: r for r in results}
 
 
-def test_ddp_gloo_pipelined_equals_serial():
-    serial, piped = run("off"), run("on")
+@pytest.mark.parametrize("mode", ["on", "thread"])
+def test_ddp_gloo_pipelined_equals_serial(mode, tmp_path):
+    serial, piped = run("off", tmp_path), run(mode, tmp_path)
     assert set(serial) == set(piped) == {0, 1}
     for rank in (0, 1):
         assert piped[rank]["seen"] == serial[rank]["seen"]
