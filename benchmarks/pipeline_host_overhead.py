@@ -89,6 +89,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--tag", default=None, help="file name tag (default: <device>-<date>)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -110,7 +111,7 @@ def main() -> None:
         lines.append(f"| {c} | {median[c]:.3f} | {median[c] - median['serial']:+.3f} |"
                      f" {', '.join(f'{v:.3f}' for v in runs[c])} |")
     text = "\n".join(lines) + "\n"
-    tag = f"{args.device}-{now:%Y%m%d}"
+    tag = args.tag or f"{args.device}-{now:%Y%m%d}"
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"pipeline_host_overhead-{tag}.md"), "w") as f:
         f.write(text)
