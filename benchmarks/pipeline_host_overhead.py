@@ -102,7 +102,12 @@ def main() -> None:
     median = {c: statistics.median(v) for c, v in runs.items()}
     now = datetime.datetime.now(datetime.timezone.utc)
     machine = torch.cuda.get_device_name(0) if args.device == "cuda" else f"{platform.machine()} CPU, {os.cpu_count()} cores"
-    command = "python benchmarks/pipeline_host_overhead.py " + " ".join(a for a in sys.argv[1:] if not a.startswith("--out"))
+    shown, skip = [], False
+    for a in sys.argv[1:]:  # the command without ``--out DIR`` (a machine path)
+        if not skip and not a.startswith("--out"):
+            shown.append(a)
+        skip = a == "--out"
+    command = "python benchmarks/pipeline_host_overhead.py " + " ".join(shown)
     lines = [f"# pipeline_host_overhead ({machine}, {now:%Y-%m-%d})", "", f"`{command.strip()}`  ",
              f"torch {torch.__version__}, lightning {L.__version__}; ms per step after 50 steps, median of {args.rounds}"
              f" rounds of {args.steps} steps (order rotated)", "",
