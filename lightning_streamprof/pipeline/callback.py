@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Callable, Literal
 
 import torch
@@ -25,6 +24,7 @@ from lightning_streamprof.pipeline.backbone import (
 )
 from lightning_streamprof.pipeline.fetcher import restore_class, staging_class
 from lightning_streamprof.pipeline.staging import StagedBatch, pin
+from lightning_streamprof.pipeline.thread import Fetched, StagingThread
 
 log = logging.getLogger(__name__)
 _WAYS = {"inline": "pipelined", "thread": "pipelined on a staging thread"}
@@ -43,16 +43,6 @@ def _replace_input(batch: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
     if isinstance(batch, dict):
         return type(batch)({k: (new if v is old else v) for k, v in batch.items()})
     raise ValueError("StreamPipeline: `augment` needs a batch that is a tensor, a sequence or a mapping")
-
-
-class _Fetched:
-    """Batch N+1 as the loader gave it, waiting for the training thread to block in ``backward`` before the
-    staging thread prepares it (so that the two threads do not contend for the GIL during the step)."""
-
-    __slots__ = ("item",)
-
-    def __init__(self, item: tuple) -> None:
-        self.item = item
 
 
 class StreamPipeline(Callback):
@@ -128,9 +118,8 @@ class StreamPipeline(Callback):
         self.pin_memory = pin_memory
         self.cuda_graph = cuda_graph
         self.staging_thread = staging_thread
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: StagingThread | None = None
         self._threaded = False  # whether the next batch is staged on the thread
-        self._local = threading.local()  # ``staging`` is set on the staging thread
         self._auto_args = dict(warmup=warmup, trial=trial, recheck=recheck)
         self._trainer: Trainer | None = None
         self._proxy: BackboneProxy | None = None
@@ -138,7 +127,7 @@ class StreamPipeline(Callback):
         self._probe_hooks: list[Any] = []
         self._stream: torch.cuda.Stream | None = None
         self._cuda = False
-        self._slot: StagedBatch | Future[StagedBatch] | _Fetched | None = None
+        self._slot: StagedBatch | Future[StagedBatch] | Fetched | None = None
         self._delivered: Any = None
         self._exhausted = False
         self._orig_batch_hook: Callable[..., Any] | None = None
@@ -168,7 +157,7 @@ class StreamPipeline(Callback):
             rank_zero_info("StreamPipeline: no CUDA device; batches are staged in order, without streams.")
         can_thread = self.mode != "off" and (self.staging_thread or (self.staging_thread is None and self._cuda))
         if can_thread:
-            self._executor = ThreadPoolExecutor(1, "streampipe", initializer=self._init_thread, initargs=(device,))
+            self._executor = StagingThread(device)
         self._threaded = bool(can_thread)
         if self.mode == "auto" and self._cuda:
             ways = ("inline", "thread") if self.staging_thread is None else ("thread",) if can_thread else ("inline",)
@@ -235,7 +224,7 @@ class StreamPipeline(Callback):
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
-        if isinstance(self._slot, _Fetched) and self._executor is not None:
+        if isinstance(self._slot, Fetched) and self._executor is not None:
             # the training thread now waits in the autograd engine with the GIL released
             self._slot = self._executor.submit(self._stage_on_thread, self._slot.item)
 
@@ -252,14 +241,9 @@ class StreamPipeline(Callback):
             if self._proxy is None and self.backbone_spec is None:
                 rank_zero_info("StreamPipeline: no frozen child module takes the batch input; no backbone runs ahead.")
 
-    def _init_thread(self, device: torch.device) -> None:
-        self._local.staging = True
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-
     def _resolve(self, slot: Any) -> Any:
         """The staged batch of a slot: staged now if it was only fetched, awaited if it is being staged."""
-        if isinstance(slot, _Fetched):
+        if isinstance(slot, Fetched):
             return self._stage_item(slot.item)  # no backward in this step (e.g. a skipped step)
         if isinstance(slot, Future):
             return slot.result()
@@ -274,7 +258,7 @@ class StreamPipeline(Callback):
     def _shutdown(self) -> None:
         self._drop_slot()
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
+            self._executor.shutdown()
             self._executor = None
 
     @override
@@ -315,7 +299,7 @@ class StreamPipeline(Callback):
     def _hook(self, hook_name: str, *args: Any) -> Any:
         """Lightning's hook call; on the staging thread the hook is called directly, because Lightning's
         dispatch sets ``_current_fx_name`` on the module, which the training thread is using."""
-        if not getattr(self._local, "staging", False):
+        if self._executor is None or not self._executor.inside():
             assert self._orig_batch_hook is not None
             return self._orig_batch_hook(hook_name, *args)
         trainer = self._trainer
@@ -388,7 +372,7 @@ class StreamPipeline(Callback):
                 item = base_next(fetcher)
                 self._exhausted = fetcher.done
                 if self._threaded and self._executor is not None:
-                    self._slot = _Fetched(item)  # staged on the thread once the step reaches backward
+                    self._slot = Fetched(item)  # staged on the thread once the step reaches backward
                 else:
                     self._slot = self._stage_item(item)
             fetcher.done = False
