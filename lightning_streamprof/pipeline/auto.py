@@ -42,6 +42,15 @@ class Measurement:
         return self.serial_ms / self.pipelined_ms - 1.0
 
 
+@dataclass(frozen=True)
+class Revert:
+    """The chosen pipelined way ran slower than serial's trials in steady state, so serial took over."""
+
+    way: str
+    steady_ms: float
+    serial_ms: float
+
+
 class AutoSwitch:
     """Trials of ``trial`` steps per candidate, in turn and twice (serial, then each pipelined way, then
     again, so that drift in the loader or the machine cancels out); then the fastest runs for ``recheck``
@@ -52,11 +61,15 @@ class AutoSwitch:
     wins. Each trial's
     first ``settle`` steps are not timed (the switch itself costs a step). ``sync`` waits for the device at
     trial edges.
+
+    While a pipelined way runs, its steady state is timed every ``watch`` steps (one ``sync`` per window);
+    a window slower than serial's mean trial time by more than ``margin`` switches to serial until the next
+    round of trials, so a misjudged trial cannot keep training slower than serial for long.
     """
 
     def __init__(
         self, candidates: Sequence[str] = (SERIAL, "pipelined"), warmup: int = 20, trial: int = 30,
-        recheck: int = 1000, margin: float = 0.02, settle: int = 3, rounds: int = 2,
+        recheck: int = 1000, margin: float = 0.02, settle: int = 3, rounds: int = 2, watch: int = 200,
         sync: Callable[[], None] = lambda: None,
     ) -> None:
         if not candidates or candidates[0] != SERIAL or len(candidates) < 2:
@@ -67,6 +80,10 @@ class AutoSwitch:
         self.order = self.candidates * rounds
         self.choice = SERIAL
         self.history: list[Measurement] = []
+        self.reverts: list[Revert] = []
+        self.watch = watch
+        self._watch_left = 0
+        self._w0 = 0.0
         self._phase = -1  # -1: warm-up or running the choice; else the index into ``order``
         self._left = warmup
         self._t0 = 0.0
@@ -82,6 +99,8 @@ class AutoSwitch:
         if self._phase >= 0 and self._left == self.trial - self.settle:
             self.sync()
             self._t0 = time.perf_counter()
+        elif self._phase < 0 and self.choice != SERIAL:
+            self._watch_step()
         if self._left > 0:
             return self.choice
         if self._phase < 0:
@@ -102,6 +121,22 @@ class AutoSwitch:
         choice = min(clear, key=ms.__getitem__) if clear else SERIAL
         self.history.append(Measurement(ms, choice, m.trials))
         self._phase, self.choice, self._left = -1, choice, self.recheck
+        self._watch_left = self.watch + self.settle  # the first window starts after the switch has settled
+
+    def _watch_step(self) -> None:
+        self._watch_left -= 1
+        if self._watch_left == self.watch:
+            self.sync()
+            self._w0 = time.perf_counter()
+        elif self._watch_left == 0:
+            self.sync()
+            now = time.perf_counter()
+            steady = (now - self._w0) * 1e3 / self.watch
+            serial = self.history[-1].serial_ms
+            if steady > serial * (1 + self.margin):
+                self.reverts.append(Revert(self.choice, steady, serial))
+                self.choice = SERIAL
+            self._w0, self._watch_left = now, self.watch
 
     def _elapsed_ms(self) -> float:
         self.sync()

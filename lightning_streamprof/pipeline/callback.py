@@ -65,7 +65,8 @@ class StreamPipeline(Callback):
     ``mode="auto"`` times serial and pipelined steps after ``warmup`` steps (two trials of ``trial`` steps
     each; with CUDA and ``staging_thread=None``, pipelined both on and off the staging thread) and keeps the
     fastest (pipelined only if each of its trials beats each serial trial by more than 2%), measuring again
-    every ``recheck`` steps. On CPU the
+    every ``recheck`` steps; a pipelined choice whose steady state (timed every 200 steps) falls behind
+    serial's trials by more than 2% hands over to serial until then. On CPU the
     same logic runs in order without streams (``auto`` then stays serial). :meth:`report` explains what was
     done; the decision is logged as ``streampipe/pipelined`` and ``streampipe/gain``.
 
@@ -344,9 +345,12 @@ class StreamPipeline(Callback):
         if self.mode == "off":
             return False
         if self._auto is not None:
-            decided = len(self._auto.history)
+            decided, reverted = len(self._auto.history), len(self._auto.reverts)
             choice = self._auto.step()
-            if len(self._auto.history) > decided:
+            if len(self._auto.reverts) > reverted:
+                r = self._auto.reverts[-1]
+                self._log_decision(gain=r.serial_ms / r.steady_ms - 1.0)
+            elif len(self._auto.history) > decided:
                 self._log_decision()
             self._threaded = choice == "thread"
             return choice != "serial"
@@ -449,13 +453,19 @@ class StreamPipeline(Callback):
                     f"  measured ms/step: {ways}; best pipelined {100 * m.gain:+.1f}% (its slowest trial vs the"
                     f" fastest serial one {100 * m.worst_gain(m.best):+.1f}%) -> {_WAYS.get(m.choice, m.choice)}"
                 )
+            for r in self._auto.reverts:
+                lines.append(
+                    f"  steady state: {_WAYS.get(r.way, r.way)} {r.steady_ms:.3f} ms/step, slower than serial's"
+                    f" {r.serial_ms:.3f} -> serial until the next trials"
+                )
         return "\n".join(lines)
 
-    def _log_decision(self, final: bool = False) -> None:
+    def _log_decision(self, final: bool = False, gain: float | None = None) -> None:
+        """Log the current choice; ``gain`` is the measured gain behind it (default: the last trials')."""
         if self._auto is None or not self._auto.history or self._trainer is None:
             return
-        m = self._auto.history[-1]
-        metrics = {"streampipe/pipelined": float(self._auto.pipelined), "streampipe/gain": m.gain,
+        gain = self._auto.history[-1].gain if gain is None else gain
+        metrics = {"streampipe/pipelined": float(self._auto.pipelined), "streampipe/gain": gain,
                    "streampipe/threaded": float(self._auto.choice == "thread")}
         for logger in self._trainer.loggers:
             logger.log_metrics(metrics, step=self._trainer.global_step)

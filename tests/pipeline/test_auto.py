@@ -70,3 +70,22 @@ def test_measurement_and_bad_candidates():
     assert m.best == "thread" and m.gain == 0.25 and m.serial_ms == 10.0 and m.pipelined_ms == 8.0
     with pytest.raises(ValueError, match="candidates"):
         AutoSwitch(("thread", "serial"))
+
+
+def test_a_pipelined_choice_slower_than_serial_in_steady_state_reverts_to_serial():
+    """Trials: pipelined 2 ms vs serial 4 ms. Then the pipelined steady state degrades to 6 ms per step:
+    the first watch window sees it and serial takes over until the next trials."""
+    switch = AutoSwitch(warmup=1, trial=4, recheck=200, settle=1, watch=10)
+    drive(switch, {"serial": 0.004, "pipelined": 0.002}, steps=1 + 16)
+    assert switch.choice == "pipelined" and not switch.reverts
+    used = drive(switch, {"serial": 0.004, "pipelined": 0.006}, steps=1 + 10 + 5)
+    assert switch.choice == "serial" and len(switch.reverts) == 1
+    revert = switch.reverts[0]
+    assert revert.way == "pipelined" and revert.steady_ms > revert.serial_ms * 1.2
+    assert used[-1] == "serial" and used[0] == "pipelined"
+
+
+def test_a_steady_state_as_fast_as_the_trials_keeps_pipelining():
+    switch = AutoSwitch(warmup=1, trial=4, recheck=200, settle=1, watch=10)
+    drive(switch, {"serial": 0.004, "pipelined": 0.002}, steps=1 + 16 + 40)
+    assert switch.choice == "pipelined" and not switch.reverts
