@@ -12,6 +12,8 @@ id                          rule
 ``memory``                  peak allocated > 90% of ``totalGlobalMem``
 ``stream_pipeline``         ``on_after_batch_transfer`` or a frozen module's forward > 10% of the mean step,
                            unless StreamPipeline already stages batches in the trace
+``host_bound``              GPU utilization < 50% and the training thread busy > 80% of its step, i.e. not
+                            waiting in a synchronising CUDA call or for the DataLoader: the host is the limit
 ==========================  ==========================================================================
 """
 
@@ -27,7 +29,7 @@ from lightning_streamprof.analysis import intervals as iv
 from lightning_streamprof.analysis.gpu import GpuMetrics, device_properties
 from lightning_streamprof.analysis.kernels import TensorCoreUse
 from lightning_streamprof.analysis.memory import MemoryStats
-from lightning_streamprof.analysis.steps import StepBreakdown, name_mask
+from lightning_streamprof.analysis.steps import StepBreakdown, is_step, name_mask
 from lightning_streamprof.trace.reader import EventTable, Kind
 
 DATALOADER_SHARE = 0.05
@@ -35,6 +37,10 @@ COMMUNICATION_SHARE = 0.10
 LOW_UTILIZATION = 0.50
 MEMORY_SHARE = 0.90
 PIPELINE_SHARE = 0.10
+HOST_BUSY = 0.80
+_LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+             "cudaGraphLaunch", "cuGraphLaunch")
+_BLOCKING_COPIES = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"})
 
 _HOOK = re.compile(r"^\[pl\]\[profile\]\[LightningModule\].*\.on_after_batch_transfer$")
 _PIPELINE_RANGE = "[pl][profile][StreamPipeline]"
@@ -98,6 +104,67 @@ def _pipeline(table: EventTable, breakdown: StepBreakdown) -> list[Recommendatio
                 )
             )
     return found
+
+
+def _is_blocking(name: str) -> bool:
+    """CUDA calls in which the host thread waits for the device."""
+    return "Synchronize" in name or name in _BLOCKING_COPIES
+
+
+def _host_bound(table: EventTable, breakdown: StepBreakdown, gpus: list[GpuMetrics]) -> list[Recommendation]:
+    """The training thread busy issuing work (operators, CUDA runtime, Python between them) for most of its
+    step, not waiting for the device or for data, while the GPU idles."""
+    step = breakdown.mean_step_ns
+    mean = breakdown.mean_ns
+    if step <= 0 or not gpus or min(g.utilization for g in gpus) >= LOW_UTILIZATION:
+        return []
+    marks = table.select(Kind.USER_ANNOTATION, Kind.CPU_OP)
+    marks = marks[name_mask(table, marks, is_step)]
+    if marks.size == 0:
+        return []
+    loop = np.unique(table.pid[marks] * (1 << 32) + table.tid[marks])  # the thread(s) that ran the steps
+    runtime = table.select(Kind.RUNTIME, Kind.DRIVER)
+    runtime = runtime[np.isin(table.pid[runtime] * (1 << 32) + table.tid[runtime], loop)]
+    lo = np.array([s.step.host_start_ns for s in breakdown.steps])
+    hi = np.array([s.step.host_end_ns for s in breakdown.steps])
+    host_step = float((hi - lo).mean())
+    if host_step <= 0:
+        return []
+    blocking = runtime[name_mask(table, runtime, _is_blocking)]
+    wait = _mean_inside(table, blocking, lo, hi) + mean["dataloader"]
+    share = 1.0 - wait / host_step
+    if share <= HOST_BUSY:
+        return []
+    launches = runtime[name_mask(table, runtime, lambda n: n.startswith(_LAUNCHES))]
+    inside = (table.ts[launches][:, None] >= lo) & (table.ts[launches][:, None] < hi)
+    per_step = float(inside.sum() / breakdown.count)
+    ops = table.select(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER)
+    ops = ops[np.isin(table.pid[ops] * (1 << 32) + table.tid[ops], loop)]
+    in_ops = _mean_inside(table, ops, lo, hi)
+    gpu_ns = mean["kernel"] + mean["memcpy"] + mean["memset"]
+    return [
+        Recommendation(
+            "host_bound",
+            f"The training thread is busy {_pct(share)}% of each step issuing work ({per_step:.0f} kernel launches; "
+            f"{_ms(in_ops)} ms in operators and the CUDA runtime, the rest in Python between them) while the GPU "
+            f"works {_ms(gpu_ns)} ms of the {_ms(step)} ms step: the host is the limit, not the GPU. Fewer, larger "
+            "launches help: a larger batch, CUDA graphs (torch.compile(mode=\"reduce-overhead\"), or "
+            "lightning_streamprof.StreamPipeline(cuda_graph=True) for a frozen backbone), and StreamPipeline's "
+            "staging thread to take batch preparation off the training thread. With the host out of the way the "
+            f"step could take {_ms(gpu_ns)} ms.",
+            {"host_busy_share": share, "host_wait_ms_per_step": _ms(wait), "operators_ms_per_step": _ms(in_ops),
+             "launches_per_step": per_step, "gpu_busy_ms_per_step": _ms(gpu_ns), "step_ms": _ms(step),
+             "saving_ms_per_step": _ms(step - gpu_ns)},
+        )
+    ]
+
+
+def _mean_inside(table: EventTable, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """Mean over the windows ``[lo, hi)`` of the merged time of ``rows`` inside them."""
+    if rows.size == 0:
+        return 0.0
+    merged = iv.merge(table.ts[rows], table.ts[rows] + table.dur[rows])
+    return float(iv.integrate(*merged, None, lo, hi).mean())
 
 
 def recommend(
@@ -183,5 +250,6 @@ def recommend(
                 )
             )
             break
+    out.extend(_host_bound(table, breakdown, gpus))
     out.extend(_pipeline(table, breakdown))
     return out

@@ -61,9 +61,11 @@ def _ids(analysis):
 
 def test_recommendations_on_handbuilt_trace():
     """DataLoader: (8 + 0 + 6) / 3 µs of a (105 + 125 + 20) / 3 µs mean step = 5.6% > 5%. Device 1 is 8% busy.
-    Eligible kernels without TC: 70 of 110 µs > 50%. Peak 4500 B > 90% of 4800 B. Communication 4% < 10%."""
+    Eligible kernels without TC: 70 of 110 µs > 50%. Peak 4500 B > 90% of 4800 B. Communication 4% < 10%.
+    Host: no synchronising call, DataLoader 14 of the 250 µs of host steps: busy 94.4% > 80% -> host-bound."""
     rec = _ids(analyze_table(build().table()))
-    assert set(rec) == {"dataloader", "low_gpu_utilization", "tensor_cores", "memory"}
+    assert set(rec) == {"dataloader", "low_gpu_utilization", "tensor_cores", "memory", "host_bound"}
+    assert rec["host_bound"].evidence["host_busy_share"] == pytest.approx(1 - 14 / 250)
     assert rec["dataloader"].evidence["share"] == pytest.approx(14 / 250)
     assert rec["dataloader"].evidence["saving_ms_per_step"] == pytest.approx(round(14 / 3 / 1000, 3))
     assert rec["low_gpu_utilization"].evidence["devices"] == [1]
@@ -144,3 +146,38 @@ def test_merge_results_of_two_traces():
     mm = next(o for o in merged["operators"] if o["name"] == "aten::mm")
     assert mm["calls"] == 2 and mm["device_self_ns"] == 220 * US
     assert len(merged["recommendations"]) == 2 * len(one["recommendations"])
+
+
+def _launch_bound(sync_ts, sync_dur):
+    """Step [0,100) µs on thread 1: conv2d [2,42) and relu [42,90) launch 20 kernels of 1 µs; the thread
+    waits in cudaStreamSynchronize [sync_ts, sync_ts + sync_dur)."""
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    conv = b.op("aten::conv2d", 2, 40)
+    relu = b.op("aten::relu", 42, 48)
+    for i in range(10):
+        b.launch("conv_kernel", 3 + 3 * i, 5 + 3 * i, 1, conv)
+        b.launch("relu_kernel", 43 + i, 50 + 3 * i, 1, relu, rt_dur=0)
+    b.runtime("cudaStreamSynchronize", sync_ts, sync_dur, relu)
+    return _ids(analyze_table(b.table()))
+
+
+def test_host_bound_when_the_training_thread_is_busy_and_the_gpu_waits():
+    """Waiting 6 of 100 µs (synchronize): busy 94% > 80%; 20 launches; operators and runtime 2..96 = 94 µs;
+    the GPU works 20 µs of the 100 µs step."""
+    rec = _launch_bound(sync_ts=90, sync_dur=6)
+    assert "host_bound" in rec and "low_gpu_utilization" in rec
+    ev = rec["host_bound"].evidence
+    assert ev["host_busy_share"] == pytest.approx(0.94)
+    assert ev["host_wait_ms_per_step"] == pytest.approx(0.006)
+    assert ev["operators_ms_per_step"] == pytest.approx(0.094)
+    assert ev["launches_per_step"] == 20
+    assert ev["gpu_busy_ms_per_step"] == pytest.approx(0.02) and ev["step_ms"] == pytest.approx(0.1)
+    assert ev["saving_ms_per_step"] == pytest.approx(0.08)
+    assert "94.0% of each step" in rec["host_bound"].message
+
+
+def test_not_host_bound_when_the_thread_waits_for_the_device():
+    """30 of 100 µs in cudaStreamSynchronize (inside relu, as in ``.item()``) leaves it busy 70% < 80%."""
+    assert "host_bound" not in _launch_bound(sync_ts=60, sync_dur=30)
+

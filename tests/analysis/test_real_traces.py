@@ -55,3 +55,12 @@ def test_memory_and_source_lines_with_stack():
 def test_without_memory_or_stack():
     analysis = _analysis("frozen_backbone")
     assert analysis.memory.devices == () and analysis.source_lines == ()
+
+
+@pytest.mark.parametrize("name", ["frozen_backbone", "frozen_backbone_bf16"])
+def test_real_h200_traces_are_host_bound(name):
+    """Batch 8 on an H200: the GPU is busy 4-8% of the step and the training thread almost never waits."""
+    rec = {r.id: r for r in _analysis(name).recommendations}
+    ev = rec["host_bound"].evidence
+    assert ev["host_busy_share"] > 0.95 and ev["launches_per_step"] > 50
+    assert ev["gpu_busy_ms_per_step"] < 0.15 * ev["step_ms"]
