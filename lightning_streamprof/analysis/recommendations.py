@@ -150,8 +150,8 @@ def _host_bound(table: EventTable, breakdown: StepBreakdown, gpus: list[GpuMetri
             f"works {_ms(gpu_ns)} ms of the {_ms(step)} ms step: the host is the limit, not the GPU. Fewer, larger "
             "launches help: a larger batch, CUDA graphs (torch.compile(mode=\"reduce-overhead\"), or "
             "lightning_streamprof.StreamPipeline(cuda_graph=True) for a frozen backbone), and StreamPipeline's "
-            "staging thread to take batch preparation off the training thread. With the host out of the way the "
-            f"step could take {_ms(gpu_ns)} ms.",
+            "staging thread to take batch preparation off the training thread. The GPU alone needs "
+            f"{_ms(gpu_ns)} ms per step.",
             {"host_busy_share": share, "host_wait_ms_per_step": _ms(wait), "operators_ms_per_step": _ms(in_ops),
              "launches_per_step": per_step, "gpu_busy_ms_per_step": _ms(gpu_ns), "step_ms": _ms(step),
              "saving_ms_per_step": _ms(step - gpu_ns)},
