@@ -87,3 +87,37 @@ def test_switching_between_thread_and_inline_staging_keeps_results():
               enable_progress_bar=False, enable_model_summary=False).fit(net, loader("sized"))
     assert net.seen == serial.seen and net.transfers == serial.transfers
     assert net.losses == pytest.approx(serial.losses, rel=1e-6, abs=1e-7)
+
+
+class JitterNet(Net):
+    """Random short sleeps in the hook and the step (their own RNG) to shake out thread interleavings."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        import random
+
+        self.jitter = random.Random(seed)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        time.sleep(self.jitter.random() * 0.003)
+        return super().on_after_batch_transfer(batch, dataloader_idx)
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(self.jitter.random() * 0.003)
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_thread_staging_equals_serial_under_random_timing(seed):
+    kwargs = dict(max_epochs=2, val_check_interval=5, limit_val_batches=2, num_sanity_val_steps=0,
+                  accumulate_grad_batches=2, reload_dataloaders_every_n_epochs=1)
+    common = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                  enable_model_summary=False, **kwargs)
+    serial = JitterNet(seed)
+    L.Trainer(**common).fit(serial, loader("sized"), loader("sized"))
+    piped = JitterNet(seed)
+    pipe = StreamPipeline(mode="on", backbone="backbone", staging_thread=True)
+    L.Trainer(callbacks=[pipe], **common).fit(piped, loader("sized"), loader("sized"))
+    assert piped.seen == serial.seen and piped.transfers == serial.transfers
+    assert piped.losses == pytest.approx(serial.losses, rel=1e-6, abs=1e-7)
+    assert pipe.staged_batches == len(serial.seen)
