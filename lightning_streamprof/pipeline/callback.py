@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable, Literal
 
@@ -80,6 +81,8 @@ class StreamPipeline(Callback):
             batch by watching which batch tensor the backbone is called with; until then, and if it is never
             called with a batch tensor, the backbone runs in the step as usual).
         pin_memory: Pin host tensors before the copy (needed for an asynchronous copy).
+        depth: Batches staged ahead (N+1 .. N+depth). More absorbs uneven batch preparation; each staged
+            batch (and its backbone output) stays in device memory until its step.
         cuda_graph: Capture the backbone's staged forward as a CUDA graph per input shape (fewer host
             launches; for fixed shapes, without autocast; other shapes run eagerly).
         staging_thread: Stage on a background thread (pinning, hooks, copy and backbone launches leave the
@@ -104,6 +107,7 @@ class StreamPipeline(Callback):
         mode: Literal["auto", "on", "off"] = "auto",
         backbone_input: Callable[[Any], torch.Tensor] | None = None,
         pin_memory: bool = True,
+        depth: int = 1,
         cuda_graph: bool = False,
         staging_thread: bool | None = None,
         warmup: int = 20,
@@ -112,6 +116,9 @@ class StreamPipeline(Callback):
     ) -> None:
         if mode not in ("auto", "on", "off"):
             raise ValueError(f"StreamPipeline: `mode` must be 'auto', 'on' or 'off', got {mode!r}")
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"StreamPipeline: `depth` must be an integer >= 1, got {depth!r}")
+        self.depth = depth
         self.backbone_spec = backbone
         self.augment = augment
         self.mode = mode
@@ -128,7 +135,7 @@ class StreamPipeline(Callback):
         self._probe_hooks: list[Any] = []
         self._stream: torch.cuda.Stream | None = None
         self._cuda = False
-        self._slot: StagedBatch | Future[StagedBatch] | Fetched | None = None
+        self._slots: deque[StagedBatch | Future[StagedBatch] | Fetched] = deque()  # batches N+1, N+2, ...
         self._delivered: Any = None
         self._exhausted = False
         self._orig_batch_hook: Callable[..., Any] | None = None
@@ -225,15 +232,18 @@ class StreamPipeline(Callback):
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
-        if isinstance(self._slot, Fetched) and self._executor is not None:
+        if self._executor is not None:
             # the training thread now waits in the autograd engine with the GIL released
-            self._slot = self._executor.submit(self._stage_on_thread, self._slot.item)
+            for i, slot in enumerate(self._slots):
+                if isinstance(slot, Fetched):
+                    self._slots[i] = self._executor.submit(self._stage_on_thread, slot.item)
 
     @override
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         # staging overlaps the training step only: validation, checkpoints and epoch ends that follow see
         # no hook of the next batch running (its hooks see the trainer state of a training step)
-        self._slot = self._resolve(self._slot)
+        for i, slot in enumerate(self._slots):
+            self._slots[i] = self._resolve(slot)
         if self._probe_hooks:
             for handle in self._probe_hooks:
                 handle.remove()
@@ -250,14 +260,15 @@ class StreamPipeline(Callback):
             return slot.result()
         return slot
 
-    def _drop_slot(self) -> None:
-        slot, self._slot = self._slot, None
-        if isinstance(slot, Future):
-            with contextlib.suppress(Exception):  # a batch that will not be trained
-                slot.result()
+    def _drop_slots(self) -> None:
+        slots, self._slots = self._slots, deque()
+        for slot in slots:
+            if isinstance(slot, Future):
+                with contextlib.suppress(Exception):  # a batch that will not be trained
+                    slot.result()
 
     def _shutdown(self) -> None:
-        self._drop_slot()
+        self._drop_slots()
         if self._executor is not None:
             self._executor.shutdown()
             self._executor = None
@@ -277,14 +288,15 @@ class StreamPipeline(Callback):
             self._orig_batch_hook = None
         if self._proxy is not None:
             self._proxy.remove()
-        self._slot = self._delivered = None
+        self._slots = deque()
+        self._delivered = None
         self._log_decision(final=True)
 
     # ------------------------------------------------------------------ the batch path
 
     def on_epoch_iter(self, fetcher: Any) -> None:
         """A new iterator: nothing staged from the previous one may be delivered."""
-        self._drop_slot()
+        self._drop_slots()
         self._exhausted = False
 
     def _call_batch_hook(self, hook_name: str, *args: Any) -> Any:
@@ -312,9 +324,9 @@ class StreamPipeline(Callback):
             return getattr(owner, hook_name)(*args)
 
     def next_batch(self, fetcher: Any, base_next: Callable[[Any], Any]) -> Any:
-        """Batch N for the loop; batch N+1 staged before returning. Hooks run in batch order."""
+        """Batch N for the loop; batches up to N + ``depth`` staged before returning. Hooks run in batch order."""
         pipelining = self._want_pipelining()
-        staged, self._slot = self._slot, None
+        staged = self._slots.popleft() if self._slots else None
         if staged is None:
             item = base_next(fetcher)  # (batch, batch_idx, dataloader_idx); Lightning's fetch action
             self._exhausted = fetcher.done
@@ -335,10 +347,9 @@ class StreamPipeline(Callback):
         if self._proxy is not None:
             self._proxy.serve(staged.backbone_input, staged.backbone_output)
         self.staged_batches += 1
-        exhausted = self._exhausted
-        fetcher.done = exhausted
-        if pipelining and not exhausted and self._next_allowed():
+        while pipelining and not self._exhausted and len(self._slots) < self.depth and self._next_allowed():
             self._stage_next(fetcher, base_next)
+        fetcher.done = self._exhausted and not self._slots  # no batch after N
         return (batch, *staged.index)
 
     def _want_pipelining(self) -> bool:
@@ -357,14 +368,15 @@ class StreamPipeline(Callback):
         return self.mode == "on"
 
     def _next_allowed(self) -> bool:
-        """Stage batch N+1 only if the loop will train on it (no batch is prepared and then dropped)."""
+        """Stage the next batch (N + 1 + staged) only if the loop will train on it (none is prepared and dropped)."""
         trainer = self._trainer
         assert trainer is not None
         loop = trainer.fit_loop
+        ahead = 2 + len(self._slots)
         ready = loop.epoch_loop.batch_progress.current.ready  # batches before N in this epoch
-        if ready + 2 > trainer.num_training_batches:
+        if ready + ahead > trainer.num_training_batches:
             return False
-        return not (loop.max_steps >= 0 and loop.max_steps - trainer.global_step < 2)
+        return not (loop.max_steps >= 0 and loop.max_steps - trainer.global_step < ahead)
 
     def _stage_next(self, fetcher: Any, base_next: Callable[[Any], Any]) -> None:
         trainer = self._trainer
@@ -376,12 +388,11 @@ class StreamPipeline(Callback):
                 item = base_next(fetcher)
                 self._exhausted = fetcher.done
                 if self._threaded and self._executor is not None:
-                    self._slot = Fetched(item)  # staged on the thread once the step reaches backward
+                    self._slots.append(Fetched(item))  # staged on the thread once the step reaches backward
                 else:
-                    self._slot = self._stage_item(item)
-            fetcher.done = False
+                    self._slots.append(self._stage_item(item))
         except StopIteration:
-            fetcher.done = True
+            self._exhausted = True
         finally:
             fetcher._start_profiler, fetcher._stop_profiler = start, stop
 

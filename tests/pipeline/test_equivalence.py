@@ -115,3 +115,42 @@ def test_auto_on_cpu_stays_serial():
     pipe = trainer.callbacks[0]
     assert pipe.staged_batches == 0 and not pipe.pipelined
     assert "no CUDA device" in pipe.report()
+
+
+class SlotWatch(L.Callback):
+    """The most batches staged ahead at any batch end."""
+
+    def __init__(self, pipe):
+        self.pipe, self.most = pipe, 0
+
+    def on_train_batch_end(self, *args):
+        self.most = max(self.most, len(self.pipe._slots))
+
+
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline", "thread"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_deeper_staging_equals_serial(case, threaded):
+    """depth=3: batches N+1..N+3 staged while N trains; same results, never more than 3 ahead."""
+    kwargs = dict(CASES[case])
+    serial, t_serial = run(None, **kwargs)
+    pipe = StreamPipeline(mode="on", backbone="backbone", depth=3, staging_thread=threaded)
+    watch = SlotWatch(pipe)
+    net = Net()
+    kwargs.setdefault("max_epochs", 2)
+    val = loader("sized") if kwargs.get("limit_val_batches") else None
+    trainer = L.Trainer(accelerator="cpu", devices=1, callbacks=[pipe, watch], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        **{k: v for k, v in kwargs.items() if k != "kind"})
+    trainer.fit(net, train_dataloaders=loader(kwargs.get("kind", "sized")), val_dataloaders=val)
+    assert net.seen == serial.seen and net.transfers == serial.transfers
+    assert net.losses == pytest.approx(serial.losses, rel=1e-6, abs=1e-7)
+    assert trainer.global_step == t_serial.global_step
+    assert pipe.staged_batches == len(net.seen)  # every batch came through the pipeline
+    assert 1 <= watch.most <= 3
+    if case == "sized":
+        assert watch.most == 3
+
+
+def test_depth_must_be_positive():
+    with pytest.raises(ValueError, match="depth"):
+        StreamPipeline(depth=0)
