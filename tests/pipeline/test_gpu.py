@@ -93,3 +93,31 @@ def test_auto_measures_serial_inline_and_thread_and_equals_serial():
     assert "measured ms/step" in pipe.report()
     assert piped.seen == serial.seen
     assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
+
+
+class EveryStep(L.Callback):
+    def __init__(self):
+        self.allocated = []
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step > 20:
+            torch.cuda.synchronize()
+            self.allocated.append(torch.cuda.memory_allocated())
+
+
+def _steady_allocated(callbacks):
+    x = torch.randint(0, 255, (64, 3, 64, 64), dtype=torch.uint8)
+    y = torch.randint(0, 4, (64, 64, 64))
+    tracker = EveryStep()
+    trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=200, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks + [tracker])
+    trainer.fit(Resident(), DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True, pin_memory=True))
+    return max(tracker.allocated)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_extra_memory_is_bounded_by_the_staging_depth(depth):
+    batch_bytes = 8 * 3 * 64 * 64 + 8 * 64 * 64 * 8 + 8 * 16 * 64 * 64 * 4  # images, labels, backbone output
+    serial = _steady_allocated([])
+    piped = _steady_allocated([StreamPipeline(mode="on", backbone="backbone", depth=depth)])
+    assert piped - serial <= (depth + 1) * batch_bytes
