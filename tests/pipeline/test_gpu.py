@@ -11,13 +11,14 @@ from lightning_streamprof import StreamPipeline
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.parametrize("depth", [1, 3], ids=["depth1", "depth3"])
 @pytest.mark.parametrize("threaded", [False, True], ids=["inline", "thread"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_pipelined_equals_serial_on_cuda(case, threaded):
+def test_pipelined_equals_serial_on_cuda(case, threaded, depth):
     kwargs = dict(CASES[case])
     serial, t_serial = run(None, accelerator="gpu", **kwargs)
-    piped, t_piped = run("on", accelerator="gpu", callback_kwargs=dict(backbone="backbone", staging_thread=threaded),
-                         **kwargs)
+    piped, t_piped = run("on", accelerator="gpu", callback_kwargs=dict(backbone="backbone", staging_thread=threaded,
+                                                                       depth=depth), **kwargs)
     assert piped.seen == serial.seen
     assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
     for a, b in zip(piped.head.parameters(), serial.head.parameters()):
