@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# StreamPipeline on a GPU in two device calls of under 10 minutes each; logs and results under
+# ${OUT:-benchmarks/results}, a short table last.
+#   bash benchmarks/pipeline_gpu_check.sh check   # GPU tests, then auto vs serial in paired rounds (~6 min)
+#   bash benchmarks/pipeline_gpu_check.sh table   # every column for the seven configurations (~8 min)
+set -u
+out="${OUT:-benchmarks/results}"
+mkdir -p "$out"
+quiet="Warning|warn|Tip|GPU avail|TPU|HPU|LOCAL_RANK|max_steps"
+case "${1:-check}" in
+  check)
+    timeout 200 python -m pytest -m gpu tests -q -p no:cacheprovider > "$out/gpu_tests.log" 2>&1
+    timeout 300 python benchmarks/pipeline_throughput.py --configs serial,auto --steps 300 --tag h200-auto-paired \
+      --workloads frozen:8:3,frozen:32:2,augment:32:2,balanced:32:2 --out "$out" 2>&1 | grep -v -E "$quiet" > "$out/auto.log"
+    echo "== gpu tests"; tail -1 "$out/gpu_tests.log"
+    echo "== auto vs serial (paired rounds)"
+    grep -E "^\| |^- " "$out/pipeline_throughput-h200-auto-paired.md" ;;
+  table)
+    timeout 540 python benchmarks/pipeline_throughput.py --steps 300 --tag h200-full \
+      --workloads frozen:8,balanced:32,augment:16,augment:64,frozen:32,augment:32,frozen:128 --out "$out" 2>&1 \
+      | grep -v -E "$quiet" > "$out/full.log"
+    grep -E "^\| " "$out/pipeline_throughput-h200-full.md" ;;
+  *) echo "usage: pipeline_gpu_check.sh check|table" >&2; exit 2 ;;
+esac
