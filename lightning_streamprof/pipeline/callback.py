@@ -448,7 +448,8 @@ class StreamPipeline(Callback):
         where = "CUDA streams" if self._cuda else "no CUDA device: in order, without streams"
         if self._auto is None and self._threaded:
             where += ", staging thread"
-        lines = [f"StreamPipeline ({self.mode}, {where}): {self.staged_batches} batches staged ahead,"
+        ahead = f" (up to {self.depth} ahead)" if self.depth > 1 else ""
+        lines = [f"StreamPipeline ({self.mode}, {where}): {self.staged_batches} batches staged ahead{ahead},"
                  f" {self.serial_batches} fetched serially"]
         if self._backbone_name is not None:
             hits = self._proxy.hits if self._proxy else 0
