@@ -121,3 +121,33 @@ def test_thread_staging_equals_serial_under_random_timing(seed):
     assert piped.seen == serial.seen and piped.transfers == serial.transfers
     assert piped.losses == pytest.approx(serial.losses, rel=1e-6, abs=1e-7)
     assert pipe.staged_batches == len(serial.seen)
+
+
+class Switcher(L.Callback):
+    """Cycles the pipeline through serial, inline and thread staging every few batches, as auto's trials do."""
+
+    def __init__(self, pipe: StreamPipeline, every: int = 2) -> None:
+        self.pipe, self.every, self.turn = pipe, every, 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step % self.every == 0:
+            self.turn += 1
+            way = ("serial", "inline", "thread")[self.turn % 3]
+            self.pipe.mode = "off" if way == "serial" else "on"
+            self.pipe._threaded = way == "thread"
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_switching_serial_inline_thread_with_a_queue_keeps_results(depth):
+    """Staged batches are delivered in order when pipelining stops (the queue drains before serial fetches)."""
+    kwargs = dict(max_epochs=2, val_check_interval=5, limit_val_batches=2, num_sanity_val_steps=0)
+    common = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                  enable_model_summary=False, **kwargs)
+    serial = Net()
+    L.Trainer(**common).fit(serial, loader("sized"), loader("sized"))
+    net = Net()
+    pipe = StreamPipeline(mode="on", backbone="backbone", staging_thread=True, depth=depth)
+    L.Trainer(callbacks=[pipe, Switcher(pipe)], **common).fit(net, loader("sized"), loader("sized"))
+    assert net.seen == serial.seen and net.transfers == serial.transfers
+    assert net.losses == pytest.approx(serial.losses, rel=1e-6, abs=1e-7)
+    assert pipe.staged_batches > 0 and pipe.serial_batches > 0
