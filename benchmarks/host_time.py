@@ -19,8 +19,7 @@ sys.path.insert(0, ROOT)
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from lightning.pytorch.profilers import SimpleProfiler  # noqa: E402
-from pipeline_throughput import make  # noqa: E402
-from torch import nn  # noqa: E402
+from pipeline_throughput import hand_parts, make  # noqa: E402
 
 
 def lightning_actions(workload: str, batch: int, steps: int, workers: int) -> None:
@@ -38,23 +37,10 @@ def lightning_actions(workload: str, batch: int, steps: int, workers: int) -> No
         print(f"  {1e3 * total / steps:8.3f} ms/step  {n:6d} calls  {action}")
 
 
-def hand_parts(workload: str, batch: int, steps: int, workers: int) -> None:
+def hand_loop_parts(workload: str, batch: int, steps: int, workers: int) -> None:
     model, loader = make(workload, batch, steps, workers)
     model = model.cuda().train()
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    if workload == "augment":
-        params = model.parameters()
-        prep = lambda x: model.augment(x, generator=gen)  # noqa: E731
-        head, loss_fn = model.net, nn.functional.cross_entropy
-    else:
-        params = model.decoder.parameters()
-        enc = model.encoder.eval()
-
-        def prep(x):
-            with torch.no_grad():
-                return enc(x)
-
-        head, loss_fn = model.decoder, nn.functional.cross_entropy
+    prep, params, loss_of = hand_parts(workload, model)
     opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
     parts: dict[str, float] = defaultdict(float)
     it = iter(loader)
@@ -70,7 +56,7 @@ def hand_parts(workload: str, batch: int, steps: int, workers: int) -> None:
         t2 = time.perf_counter()
         x = prep(x)
         t3 = time.perf_counter()
-        loss = loss_fn(head(x), y)
+        loss = loss_of(x, y)
         t4 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -95,7 +81,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=8)
     args = p.parse_args()
     torch.backends.cudnn.benchmark = True
-    hand_parts(args.workload, args.batch, args.steps, args.workers)
+    hand_loop_parts(args.workload, args.batch, args.steps, args.workers)
     lightning_actions(args.workload, args.batch, args.steps, args.workers)
 
 

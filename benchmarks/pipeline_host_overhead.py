@@ -15,14 +15,15 @@ import os
 import platform
 import statistics
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+from _bench import StepClock, command_args  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from lightning_streamprof import StreamPipeline  # noqa: E402
@@ -50,37 +51,16 @@ class TinyLayers(L.LightningModule):
         return torch.optim.SGD(self.head.parameters(), lr=0.01)
 
 
-class Clock(L.Callback):
-    """Wall time from the start of batch ``skip`` to the end of training."""
-
-    def __init__(self, skip: int = 50) -> None:
-        self.skip, self.t0, self.t1 = skip, 0.0, 0.0
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step == self.skip:
-            self._sync(trainer)
-            self.t0 = time.perf_counter()
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self._sync(trainer)
-        self.t1 = time.perf_counter()
-
-    @staticmethod
-    def _sync(trainer) -> None:
-        if trainer.strategy.root_device.type == "cuda":
-            torch.cuda.synchronize()
-
-
 def ms_per_step(config: str, steps: int, accelerator: str) -> float:
     staging_thread = CONFIGS[config]
-    clock = Clock()
+    clock = StepClock(skip=50)
     callbacks = [clock] + ([] if staging_thread is None else [StreamPipeline(mode="on", backbone="backbone",
                                                                              staging_thread=staging_thread)])
     trainer = L.Trainer(accelerator=accelerator, devices=1, max_steps=steps, callbacks=callbacks, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     x, y = torch.randn(4 * (steps + 2), 32), torch.randint(0, 2, (4 * (steps + 2),))
     trainer.fit(TinyLayers(), DataLoader(TensorDataset(x, y), batch_size=4))
-    return (clock.t1 - clock.t0) / (steps - clock.skip) * 1e3
+    return 1e3 / clock.rate(trainer)
 
 
 def main() -> None:
@@ -102,12 +82,7 @@ def main() -> None:
     median = {c: statistics.median(v) for c, v in runs.items()}
     now = datetime.datetime.now(datetime.timezone.utc)
     machine = torch.cuda.get_device_name(0) if args.device == "cuda" else f"{platform.machine()} CPU, {os.cpu_count()} cores"
-    shown, skip = [], False
-    for a in sys.argv[1:]:  # the command without ``--out DIR`` (a machine path)
-        if not skip and not a.startswith("--out"):
-            shown.append(a)
-        skip = a == "--out"
-    command = "python benchmarks/pipeline_host_overhead.py " + " ".join(shown)
+    command = "python benchmarks/pipeline_host_overhead.py " + command_args()
     lines = [f"# pipeline_host_overhead ({machine}, {now:%Y-%m-%d})", "", f"`{command.strip()}`  ",
              f"torch {torch.__version__}, lightning {L.__version__}; ms per step after 50 steps, median of {args.rounds}"
              f" rounds of {args.steps} steps (order rotated)", "",

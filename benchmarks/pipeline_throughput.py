@@ -32,13 +32,16 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, ROOT)
 
 import lightning as L  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+from _bench import StepClock, command_args  # noqa: E402
 from gpu_augmentation import Classifier, RandomImages  # noqa: E402
 from workloads import Decoder, FrozenBackboneSegmenter, SegmentationData  # noqa: E402
 
 from lightning_streamprof import StreamPipeline  # noqa: E402
+from lightning_streamprof.analysis import intervals as iv  # noqa: E402
 
 
 SIZE = 256  # image side of the frozen and augment workloads (the balanced one uses half)
@@ -69,26 +72,12 @@ def make(workload: str, batch: int, steps: int, workers: int):
     return Balanced(), loader
 
 
-class Clock(L.Callback):
-    def __init__(self, skip: int) -> None:
-        self.skip, self.t0, self.n0 = skip, None, 0
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self.t0 is None and trainer.global_step >= self.skip:
-            torch.cuda.synchronize()
-            self.t0, self.n0 = time.perf_counter(), trainer.global_step
-
-    def rate(self, trainer) -> float:
-        torch.cuda.synchronize()
-        return (trainer.global_step - self.n0) / (time.perf_counter() - self.t0)
-
-
 def lightning_rate(workload: str, batch: int, steps: int, workers: int, mode: str | None) -> tuple[float, str]:
     # every mode skips the first 210 steps (auto's warm-up of 20 and its 6 trials of 30) and times the next
     # steps - 30, so that all Lightning columns time the same part of a run
     steps, skip = steps + 180, 210
     model, loader = make(workload, batch, steps, workers)
-    clock = Clock(skip=skip)
+    clock = StepClock(skip=skip)
     pipe = None
     if mode:
         pipe = StreamPipeline(mode=mode.split("+")[0].split("_")[0], backbone=False if workload == "augment" else "encoder",
@@ -103,18 +92,29 @@ def lightning_rate(workload: str, batch: int, steps: int, workers: int, mode: st
     return clock.rate(trainer), note
 
 
-def hand_rates(workload: str, batch: int, steps: int, workers: int) -> dict[str, float]:
+def hand_parts(workload: str, model: nn.Module):
+    """The hand loops' pieces: ``prepare`` (augmentation, or the frozen encoder) for a batch on the device,
+    the trained parameters, and ``loss(prepared, labels)`` of the trained part."""
     if workload == "augment":
-        return hand_augment_rates(batch, steps, workers)
-    return hand_backbone_rates(workload, batch, steps, workers)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        return (lambda x: model.augment(x, generator=gen)), model.parameters(), (
+            lambda x, y: nn.functional.cross_entropy(model.net(x), y))
+    encoder = model.encoder.eval()
+
+    def prepare(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return encoder(x)
+
+    return prepare, model.decoder.parameters(), (lambda feats, y: nn.functional.cross_entropy(model.decoder(feats), y))
 
 
-def hand_augment_rates(batch: int, steps: int, workers: int) -> dict[str, float]:
-    """The published style: serial loop, and the augmentation of N+1 on a second stream while N trains."""
-    model, loader = make("augment", batch, steps, workers)
+def hand_rates(workload: str, batch: int, steps: int, workers: int) -> dict[str, float]:
+    """The published style: a serial loop, and batch N+1's preparation (augmentation or frozen encoder) on a
+    second stream while N trains."""
+    model, loader = make(workload, batch, steps, workers)
     model = model.cuda().train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    prepare, params, loss_of = hand_parts(workload, model)
+    opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
     out = {}
 
     def batches():
@@ -122,7 +122,7 @@ def hand_augment_rates(batch: int, steps: int, workers: int) -> dict[str, float]
             yield from loader
 
     def train(x, y):
-        loss = nn.functional.cross_entropy(model.net(x), y)
+        loss = loss_of(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -138,11 +138,11 @@ def hand_augment_rates(batch: int, steps: int, workers: int) -> dict[str, float]
             x, y = next(it)
             if phase == "serial":
                 x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
-                train(model.augment(x, generator=gen), y)
+                train(prepare(x), y)
                 continue
             with torch.cuda.stream(side):
                 x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
-                x = model.augment(x, generator=gen)
+                x = prepare(x)
                 ready = torch.cuda.Event()
                 ready.record(side)
             if pending is not None:
@@ -152,58 +152,6 @@ def hand_augment_rates(batch: int, steps: int, workers: int) -> dict[str, float]
                 y0.record_stream(torch.cuda.current_stream())
                 train(x0, y0)
             pending = (x, y, ready)
-        torch.cuda.synchronize()
-        out[phase] = (steps - 30) / (time.perf_counter() - t0)
-    return out
-
-
-def hand_backbone_rates(workload: str, batch: int, steps: int, workers: int) -> dict[str, float]:
-    """The published style: serial loop, and the encoder of N+1 on a second stream while N trains."""
-    model, loader = make(workload, batch, steps, workers)
-    model = model.cuda()
-    enc, dec = model.encoder.eval(), model.decoder.train()
-    opt = torch.optim.SGD(dec.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-    out = {}
-
-    def batches():
-        while True:
-            yield from loader
-
-    def train(feats, y):
-        loss = loss_fn(dec(feats), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    it = batches()
-    for phase in ("serial", "streams"):
-        side = torch.cuda.Stream()
-        pending = None
-        for i in range(steps):
-            if i == 30:
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-            x, y = next(it)
-            if phase == "serial":
-                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
-                with torch.no_grad():
-                    feats = enc(x)
-                train(feats, y)
-                continue
-            with torch.cuda.stream(side):
-                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
-                with torch.no_grad():
-                    feats = enc(x)
-                ready = torch.cuda.Event()
-                ready.record(side)
-            if pending is not None:
-                f0, y0, ev = pending
-                torch.cuda.current_stream().wait_event(ev)
-                f0.record_stream(torch.cuda.current_stream())
-                y0.record_stream(torch.cuda.current_stream())
-                train(f0, y0)
-            pending = (feats, y, ready)
         torch.cuda.synchronize()
         out[phase] = (steps - 30) / (time.perf_counter() - t0)
     return out
@@ -230,23 +178,14 @@ def gpu_busy_rate(workload: str, batch: int) -> float:
     from torch.profiler import ProfilerActivity, profile
 
     model, loader = make(workload, batch, 40, 0 if workload == "balanced" else 2)
-    model = model.cuda()
+    model = model.cuda().train()
     x, y = next(iter(loader))
     x, y = x.cuda(), y.cuda()
-    if workload == "augment":
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        gen = torch.Generator(device="cuda").manual_seed(0)
-
-        def loss_of() -> torch.Tensor:
-            return nn.functional.cross_entropy(model.net(model.augment(x, generator=gen)), y)
-    else:
-        opt = torch.optim.SGD(model.decoder.parameters(), lr=0.01, momentum=0.9)
-
-        def loss_of() -> torch.Tensor:
-            return model.loss(model(x), y)
+    prepare, params, loss_of = hand_parts(workload, model)
+    opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
 
     def step():
-        loss = loss_of()
+        loss = loss_of(prepare(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -258,29 +197,9 @@ def gpu_busy_rate(workload: str, batch: int) -> float:
         for _ in range(10):
             step()
         torch.cuda.synchronize()
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type.name == "CUDA")
-    busy, end = 0.0, float("-inf")
-    for s, e in spans:
-        if s > end:
-            busy += e - s
-            end = e
-        elif e > end:
-            busy += e - end
-            end = e
-    return 10 / (busy * 1e-6)
-
-
-def _command_args() -> str:
-    """The command line without ``--out DIR`` (a machine path)."""
-    args, skip = [], False
-    for a in sys.argv[1:]:
-        if skip:
-            skip = False
-        elif a == "--out":
-            skip = True
-        elif not a.startswith("--out="):
-            args.append(a)
-    return " ".join(args)
+    spans = np.array([(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type.name == "CUDA"])
+    busy_ns = iv.total(iv.merge(np.rint(spans[:, 0] * 1e3), np.rint(spans[:, 1] * 1e3)))  # µs -> ns
+    return 10 / (busy_ns * 1e-9)
 
 
 MODES = {"serial": None, "auto": "auto", "on": "on", "on_inline": "on_inline", "on+graph": "on+graph"}
@@ -352,7 +271,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
             "hand_serial", "hand_streams", "ceiling_loader", "ceiling_gpu_busy", "on_vs_lower_ceiling",
             "auto_vs_serial", "best_vs_hand_streams"]
     lines = [f"# pipeline_throughput ({device}, {now:%Y-%m-%d})", "",
-             f"`python benchmarks/pipeline_throughput.py {_command_args()}`  ",
+             f"`python benchmarks/pipeline_throughput.py {command_args()}`  ",
              f"torch {torch.__version__}, lightning {L.__version__}; steps/s over {args.steps - 30} timed steps per run"
              " (Lightning: after 210 untimed steps, auto's trials), median of `rounds` runs; on_vs_lower_ceiling uses the best"
              " pipelined (on) column", "",
@@ -372,7 +291,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     tag = args.tag or f"h200-{now:%Y%m%d}"
     os.makedirs(args.out, exist_ok=True)
     result = {"benchmark": "pipeline_throughput", "date": now.isoformat(timespec="seconds"), "device": device,
-              "host": platform.machine(), "command": f"python benchmarks/pipeline_throughput.py {_command_args()}",
+              "host": platform.machine(), "command": f"python benchmarks/pipeline_throughput.py {command_args()}",
               "versions": {"torch": torch.__version__, "lightning": L.__version__},
               "args": {k: v for k, v in vars(args).items() if k != "out"}, "rows": rows}
     with open(os.path.join(args.out, f"pipeline_throughput-{tag}.json"), "w") as f:

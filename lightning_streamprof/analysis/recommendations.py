@@ -67,12 +67,11 @@ def _pct(x: float) -> float:
 
 def _per_step_ns(table: EventTable, rows: np.ndarray, breakdown: StepBreakdown) -> float:
     """Mean per step of the merged time of ``rows`` inside the steps."""
-    if rows.size == 0 or breakdown.count == 0:
+    if breakdown.count == 0:
         return 0.0
-    merged = iv.merge(table.ts[rows], table.ts[rows] + table.dur[rows])
     lo = np.array([s.step.start_ns for s in breakdown.steps])
     hi = np.array([s.step.end_ns for s in breakdown.steps])
-    return float(iv.integrate(*merged, None, lo, hi).mean())
+    return _mean_inside(table, rows, lo, hi)
 
 
 def _pipeline(table: EventTable, breakdown: StepBreakdown) -> list[Recommendation]:
@@ -122,9 +121,10 @@ def _host_bound(table: EventTable, breakdown: StepBreakdown, gpus: list[GpuMetri
     marks = marks[name_mask(table, marks, is_step)]
     if marks.size == 0:
         return []
-    loop = np.unique(table.pid[marks] * (1 << 32) + table.tid[marks])  # the thread(s) that ran the steps
-    runtime = table.select(Kind.RUNTIME, Kind.DRIVER)
-    runtime = runtime[np.isin(table.pid[runtime] * (1 << 32) + table.tid[runtime], loop)]
+    loop = np.unique(_thread_keys(table, marks))  # the thread(s) that ran the steps
+    host = table.select(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER)
+    host = host[np.isin(_thread_keys(table, host), loop)]
+    runtime = host[table.kind[host] != Kind.CPU_OP]
     lo = np.array([s.step.host_start_ns for s in breakdown.steps])
     hi = np.array([s.step.host_end_ns for s in breakdown.steps])
     host_step = float((hi - lo).mean())
@@ -138,9 +138,7 @@ def _host_bound(table: EventTable, breakdown: StepBreakdown, gpus: list[GpuMetri
     launches = runtime[name_mask(table, runtime, lambda n: n.startswith(_LAUNCHES))]
     inside = (table.ts[launches][:, None] >= lo) & (table.ts[launches][:, None] < hi)
     per_step = float(inside.sum() / breakdown.count)
-    ops = table.select(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER)
-    ops = ops[np.isin(table.pid[ops] * (1 << 32) + table.tid[ops], loop)]
-    in_ops = _mean_inside(table, ops, lo, hi)
+    in_ops = _mean_inside(table, host, lo, hi)
     gpu_ns = mean["kernel"] + mean["memcpy"] + mean["memset"]
     return [
         Recommendation(
@@ -157,6 +155,11 @@ def _host_bound(table: EventTable, breakdown: StepBreakdown, gpus: list[GpuMetri
              "saving_ms_per_step": _ms(step - gpu_ns)},
         )
     ]
+
+
+def _thread_keys(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """One number per (process, thread) of each row."""
+    return table.pid[rows] * (1 << 32) + table.tid[rows]
 
 
 def _mean_inside(table: EventTable, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 SERIAL = "serial"
@@ -119,7 +119,7 @@ class AutoSwitch:
         m = Measurement(ms, SERIAL, {c: list(t) for c, t in self._times.items()})
         clear = [c for c in self.candidates[1:] if m.worst_gain(c) > self.margin]
         choice = min(clear, key=ms.__getitem__) if clear else SERIAL
-        self.history.append(Measurement(ms, choice, m.trials))
+        self.history.append(replace(m, choice=choice))
         self._phase, self.choice, self._left = -1, choice, self.recheck
         self._watch_left = self.watch + self.settle  # the first window starts after the switch has settled
 

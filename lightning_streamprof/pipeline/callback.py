@@ -288,7 +288,6 @@ class StreamPipeline(Callback):
             self._orig_batch_hook = None
         if self._proxy is not None:
             self._proxy.remove()
-        self._slots = deque()
         self._delivered = None
         self._log_decision(final=True)
 

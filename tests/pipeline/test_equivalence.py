@@ -6,9 +6,11 @@ from pipeline_models import Net, loader
 from lightning_streamprof import StreamPipeline
 
 
-def run(mode, kind="sized", callback_kwargs=None, net_kwargs=None, accelerator="cpu", **trainer_kwargs):
+def run(mode, kind="sized", callback_kwargs=None, net_kwargs=None, accelerator="cpu", extra_callbacks=(),
+        **trainer_kwargs):
     net = Net(**(net_kwargs or {}))
     callbacks = [] if mode is None else [StreamPipeline(mode=mode, **(callback_kwargs or {}))]
+    callbacks += list(extra_callbacks)
     trainer_kwargs.setdefault("max_epochs", 2)
     trainer = L.Trainer(
         accelerator=accelerator, devices=1, callbacks=callbacks, logger=False, enable_checkpointing=False,
@@ -118,13 +120,14 @@ def test_auto_on_cpu_stays_serial():
 
 
 class SlotWatch(L.Callback):
-    """The most batches staged ahead at any batch end."""
+    """The most batches the trainer's StreamPipeline had staged ahead at any batch end."""
 
-    def __init__(self, pipe):
-        self.pipe, self.most = pipe, 0
+    def __init__(self):
+        self.most = 0
 
-    def on_train_batch_end(self, *args):
-        self.most = max(self.most, len(self.pipe._slots))
+    def on_train_batch_end(self, trainer, *args):
+        pipe = next(cb for cb in trainer.callbacks if isinstance(cb, StreamPipeline))
+        self.most = max(self.most, len(pipe._slots))
 
 
 @pytest.mark.parametrize("threaded", [False, True], ids=["inline", "thread"])
@@ -133,15 +136,10 @@ def test_deeper_staging_equals_serial(case, threaded):
     """depth=3: batches N+1..N+3 staged while N trains; same results, never more than 3 ahead."""
     kwargs = dict(CASES[case])
     serial, t_serial = run(None, **kwargs)
-    pipe = StreamPipeline(mode="on", backbone="backbone", depth=3, staging_thread=threaded)
-    watch = SlotWatch(pipe)
-    net = Net()
-    kwargs.setdefault("max_epochs", 2)
-    val = loader("sized") if kwargs.get("limit_val_batches") else None
-    trainer = L.Trainer(accelerator="cpu", devices=1, callbacks=[pipe, watch], logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        **{k: v for k, v in kwargs.items() if k != "kind"})
-    trainer.fit(net, train_dataloaders=loader(kwargs.get("kind", "sized")), val_dataloaders=val)
+    watch = SlotWatch()
+    net, trainer = run("on", callback_kwargs=dict(backbone="backbone", depth=3, staging_thread=threaded),
+                       extra_callbacks=[watch], **kwargs)
+    pipe = trainer.callbacks[0]
     assert net.seen == serial.seen and net.transfers == serial.transfers
     assert net.losses == pytest.approx(serial.losses, rel=1e-6, abs=1e-7)
     assert trainer.global_step == t_serial.global_step
