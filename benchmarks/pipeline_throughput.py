@@ -73,16 +73,19 @@ def make(workload: str, batch: int, steps: int, workers: int):
 
 
 def lightning_rate(workload: str, batch: int, steps: int, workers: int, mode: str | None) -> tuple[float, str]:
-    # every mode skips the first 210 steps (auto's warm-up of 20 and its 6 trials of 30) and times the next
+    # every mode skips the first 270 steps (auto's warm-up of 20 and its 8 trials of 30: serial, inline,
+    # thread, thread with the backbone as a CUDA graph, twice) and times the next
     # steps - 30, so that all Lightning columns time the same part of a run
-    steps, skip = steps + 180, 210
+    steps, skip = steps + 240, 270
     model, loader = make(workload, batch, steps, workers)
     clock = StepClock(skip=skip)
     pipe = None
     if mode:
+        # auto_serial: auto whose warm-up never ends, i.e. serial with the callback installed (its passive cost)
         pipe = StreamPipeline(mode=mode.split("+")[0].split("_")[0], backbone=False if workload == "augment" else "encoder",
-                              cuda_graph=mode.endswith("+graph"),
-                              staging_thread=None if mode == "auto" else not mode.startswith("on_inline"))
+                              cuda_graph=True if mode.endswith("+graph") else None if mode.startswith("auto") else False,
+                              staging_thread=None if mode.startswith("auto") else not mode.startswith("on_inline"),
+                              warmup=10**9 if mode == "auto_serial" else 20)
     callbacks = [clock] + ([pipe] if pipe else [])
     trainer = L.Trainer(max_steps=steps, accelerator="gpu", devices=1, callbacks=callbacks, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -202,12 +205,14 @@ def gpu_busy_rate(workload: str, batch: int) -> float:
     return 10 / (busy_ns * 1e-9)
 
 
-MODES = {"serial": None, "auto": "auto", "on": "on", "on_inline": "on_inline", "on+graph": "on+graph"}
+MODES = {"serial": None, "auto": "auto", "on": "on", "on_inline": "on_inline", "on+graph": "on+graph",
+         "auto_serial": "auto_serial"}
 
 
 def measure_workload(workload: str, batch: int, rounds: int, args: argparse.Namespace) -> dict:
     """Every configuration ``rounds`` times (order rotated each round); medians and each run."""
-    configs = [m for m in MODES if not (workload == "augment" and m.endswith("+graph"))] + ["hand", "loader"]
+    configs = [m for m in MODES if not (workload == "augment" and m.endswith("+graph")) and m != "auto_serial"]
+    configs += ["hand", "loader"] + ["auto_serial"] * bool(args.configs)  # auto_serial only when asked for
     configs = [c for c in configs if args.configs is None or c in args.configs.split(",")]
     runs: dict[str, list[float]] = {}
     notes: dict[str, str] = {}
@@ -235,8 +240,20 @@ def measure_workload(workload: str, batch: int, rounds: int, args: argparse.Name
     if "lightning_auto" in row and "lightning_serial" in row:
         row["auto_vs_serial"] = row["lightning_auto"] / row["lightning_serial"]
         row["auto_vs_serial_per_round"] = [a / b for a, b in zip(runs["lightning_auto"], runs["lightning_serial"])]
+        row["auto_vs_serial_median_round"] = statistics.median(row["auto_vs_serial_per_round"])
+    if "lightning_auto_serial" in row and "lightning_serial" in row:
+        row["auto_serial_vs_serial_per_round"] = [
+            a / b for a, b in zip(runs["lightning_auto_serial"], runs["lightning_serial"])]
+        row["auto_serial_vs_serial"] = statistics.median(row["auto_serial_vs_serial_per_round"])
     if best is not None and "hand_streams" in row:
         row["best_vs_hand_streams"] = best / row["hand_streams"]
+    if all(k in row for k in ("hand_streams", "hand_serial", "lightning_serial")):
+        # the hand-written pipelined loop's step plus the host time Lightning's loop adds per step (serial
+        # Lightning minus the serial hand loop): what a callback can reach when the host thread is the limit
+        overhead_s = max(0.0, 1 / row["lightning_serial"] - 1 / row["hand_serial"])
+        row["ceiling_lightning_host"] = 1 / (1 / row["hand_streams"] + overhead_s)
+        if best is not None:
+            row["best_vs_lightning_host"] = best / row["ceiling_lightning_host"]
     row["runs"] = runs
     row["notes"] = notes
     return row
@@ -267,14 +284,15 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     """The table so far (written after each workload, so that a run cut short keeps what it measured)."""
     device = torch.cuda.get_device_name(0)
     now = datetime.datetime.now(datetime.timezone.utc)
-    cols = ["lightning_serial", "lightning_auto", "lightning_on", "lightning_on_inline", "lightning_on+graph",
-            "hand_serial", "hand_streams", "ceiling_loader", "ceiling_gpu_busy", "on_vs_lower_ceiling",
-            "auto_vs_serial", "best_vs_hand_streams"]
+    cols = ["lightning_serial", "lightning_auto", "lightning_auto_serial", "lightning_on", "lightning_on_inline", "lightning_on+graph",
+            "hand_serial", "hand_streams", "ceiling_loader", "ceiling_gpu_busy", "ceiling_lightning_host",
+            "on_vs_lower_ceiling", "auto_vs_serial", "auto_serial_vs_serial", "best_vs_hand_streams", "best_vs_lightning_host"]
     lines = [f"# pipeline_throughput ({device}, {now:%Y-%m-%d})", "",
              f"`python benchmarks/pipeline_throughput.py {command_args()}`  ",
              f"torch {torch.__version__}, lightning {L.__version__}; steps/s over {args.steps - 30} timed steps per run"
-             " (Lightning: after 210 untimed steps, auto's trials), median of `rounds` runs; on_vs_lower_ceiling uses the best"
-             " pipelined (on) column", "",
+             " (Lightning: after 270 untimed steps, auto's trials), median of `rounds` runs; on_vs_lower_ceiling uses the best"
+             " pipelined (on) column; ceiling_lightning_host = 1 / (1/hand_streams + 1/lightning_serial - 1/hand_serial),"
+             " the hand-written pipelined loop plus Lightning's own host time per step", "",
              "| workload | batch | rounds | " + " | ".join(cols) + " |",
              "| --- | ---: | ---: | " + " | ".join("---:" for _ in cols) + " |"]
     for r in rows:
@@ -284,7 +302,9 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     if paired:
         lines += ["", "auto / serial per round (runs of one round are back to back):"]
         lines += [f"- {r['workload']}:{r['batch']}: " + ", ".join(f"{x:.3f}" for x in r["auto_vs_serial_per_round"])
-                  for r in paired]
+                  + f" (median {r['auto_vs_serial_median_round']:.3f})" for r in paired]
+        lines += [f"- {r['workload']}:{r['batch']} auto_serial: " + ", ".join(
+            f"{x:.3f}" for x in r["auto_serial_vs_serial_per_round"]) for r in paired if "auto_serial_vs_serial_per_round" in r]
     lines += ["", "Decisions of `auto` (last round):"]
     lines += [f"- {r['workload']}:{r['batch']}: {r['notes'].get('auto', '')}" for r in rows]
     text = "\n".join(lines) + "\n"

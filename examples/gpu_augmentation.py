@@ -81,12 +81,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--pipeline", default="auto" if torch.cuda.is_available() else "on", choices=["auto", "on", "off"])
     p.add_argument("--root", default="streamprof_runs/gpu_augmentation")
+    p.add_argument("--profile-at", type=int, default=10, help="steps before the profiled window")
     args = p.parse_args(argv)
     L.seed_everything(0)
     pipeline = StreamPipeline(backbone=False, mode=args.pipeline)
     trainer = L.Trainer(
         max_steps=args.steps, accelerator="auto", devices=1, default_root_dir=args.root, callbacks=[pipeline],
-        profiler=StreamProfiler(skip_first=10, warmup=1, active=3, every=0), enable_checkpointing=False,
+        profiler=StreamProfiler(skip_first=args.profile_at, warmup=1, active=3, every=0), enable_checkpointing=False,
         enable_model_summary=False,
     )
     loader = DataLoader(RandomImages(args.batch_size * args.steps, args.image_size), batch_size=args.batch_size,

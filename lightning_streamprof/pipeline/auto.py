@@ -77,6 +77,7 @@ class AutoSwitch:
         self.candidates = tuple(candidates)
         self.warmup, self.trial, self.recheck, self.margin, self.settle = warmup, trial, recheck, margin, settle
         self.sync = sync
+        self.rounds = rounds
         self.order = self.candidates * rounds
         self.choice = SERIAL
         self.history: list[Measurement] = []
@@ -92,6 +93,13 @@ class AutoSwitch:
     @property
     def pipelined(self) -> bool:
         return self.choice != SERIAL
+
+    def drop(self, candidate: str) -> None:
+        """Stop trying a pipelined ``candidate`` (takes effect from the next round of trials; serial and one
+        pipelined way always stay)."""
+        if candidate in self.candidates[1:] and len(self.candidates) > 2 and self._phase < 0:
+            self.candidates = tuple(c for c in self.candidates if c != candidate)
+            self.order = self.candidates * self.rounds
 
     def step(self) -> str:
         """Call once per training batch; returns the candidate to use for this batch's successor."""

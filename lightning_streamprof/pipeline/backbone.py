@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -49,6 +50,7 @@ class BackboneProxy:
         self.module = module
         self._original: Callable[..., Any] = module.forward
         self.graphed = GraphedForward(self._original) if cuda_graph else None
+        self.use_graph = cuda_graph  # whether ``compute`` replays the graph (auto switches it per trial)
         self.staged_input: torch.Tensor | None = None
         self.staged_output: Any = None
         self.hits = 0
@@ -56,7 +58,7 @@ class BackboneProxy:
         module.forward = self._forward  # type: ignore[method-assign]
 
     def compute(self, x: torch.Tensor) -> Any:
-        if self.graphed is not None:
+        if self.graphed is not None and self.use_graph:
             return self.graphed(x)
         with torch.no_grad():
             return self._original(x)
@@ -111,7 +113,9 @@ class GraphedForward:
     """The backbone's forward captured as CUDA graphs, one per input (shape, dtype), for fixed-shape batches.
 
     Replays on the current (side) stream; the output is cloned so that the next replay cannot overwrite a
-    result the training stream still reads. After ``max_graphs`` shapes, new shapes run eagerly.
+    result the training stream still reads. After ``max_graphs`` shapes, new shapes run eagerly; a forward
+    that cannot be captured (a host synchronisation, a CPU operation) runs eagerly from then on, with one
+    warning (``failure`` keeps the reason).
     """
 
     def __init__(self, forward: Callable[..., Any], max_graphs: int = 2, warmup: int = 3) -> None:
@@ -121,22 +125,34 @@ class GraphedForward:
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor, Any]] = {}
         self.replays = 0
         self.eager = 0
+        self.failure: str | None = None
 
     def __call__(self, x: torch.Tensor) -> Any:
         key = (tuple(x.shape), x.dtype, x.device)
         entry = self._graphs.get(key)
         if entry is None:
-            if len(self._graphs) >= self.max_graphs or not x.is_cuda or torch.is_autocast_enabled():
+            full = len(self._graphs) >= self.max_graphs
+            if full or self.failure is not None or not x.is_cuda or torch.is_autocast_enabled():
                 self.eager += 1
                 with torch.no_grad():
                     return self.forward(x)
-            entry = self._capture(x)
+            try:
+                entry = self._capture(x)
+            except Exception as err:  # noqa: BLE001 - not capturable: eager from now on
+                self.failure = f"{type(err).__name__}: {err}".splitlines()[0]
+                warnings.warn(f"StreamPipeline: the backbone's forward cannot be captured as a CUDA graph"
+                              f" ({self.failure}); it runs eagerly.", stacklevel=2)
+                return self(x)
             self._graphs[key] = entry
         graph, static_in, static_out = entry
         static_in.copy_(x)
         graph.replay()
         self.replays += 1
         return _clone(static_out)
+
+    def release(self) -> None:
+        """Drop the captured graphs and their memory (captured again if used again)."""
+        self._graphs.clear()
 
     def _capture(self, x: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, Any]:
         static_in = x.clone()

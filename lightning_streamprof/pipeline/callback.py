@@ -28,7 +28,9 @@ from lightning_streamprof.pipeline.staging import StagedBatch, pin
 from lightning_streamprof.pipeline.thread import Fetched, StagingThread
 
 log = logging.getLogger(__name__)
-_WAYS = {"inline": "pipelined", "thread": "pipelined on a staging thread"}
+_WAYS = {"inline": "pipelined", "thread": "pipelined on a staging thread",
+         "inline+graph": "pipelined, backbone as a CUDA graph",
+         "thread+graph": "pipelined on a staging thread, backbone as a CUDA graph"}
 _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
@@ -64,7 +66,8 @@ class StreamPipeline(Callback):
     reason ``trainer.global_step`` in those hooks is one less than in serial training.
 
     ``mode="auto"`` times serial and pipelined steps after ``warmup`` steps (two trials of ``trial`` steps
-    each; with CUDA and ``staging_thread=None``, pipelined both on and off the staging thread) and keeps the
+    each; with CUDA and ``staging_thread=None``, pipelined both on and off the staging thread, and with a
+    backbone running ahead and ``cuda_graph=None``, also with the backbone as a CUDA graph) and keeps the
     fastest (pipelined only if each of its trials beats each serial trial by more than 2%), measuring again
     every ``recheck`` steps; a pipelined choice whose steady state (timed every 200 steps) falls behind
     serial's trials by more than 2% hands over to serial until then. On CPU the
@@ -84,7 +87,9 @@ class StreamPipeline(Callback):
         depth: Batches staged ahead (N+1 .. N+depth). More absorbs uneven batch preparation; each staged
             batch (and its backbone output) stays in device memory until its step.
         cuda_graph: Capture the backbone's staged forward as a CUDA graph per input shape (fewer host
-            launches; for fixed shapes, without autocast; other shapes run eagerly).
+            launches; for fixed shapes, without autocast; other shapes, and a forward that cannot be
+            captured, run eagerly). ``None``: measured as one more way in ``auto`` (with CUDA and a backbone),
+            off in ``on``.
         staging_thread: Stage on a background thread (pinning, hooks, copy and backbone launches leave the
             training loop's thread; the loader is still read by the loop). The thread starts on batch N+1
             when batch N's step reaches ``backward``, where the training thread waits in the autograd engine
@@ -108,7 +113,7 @@ class StreamPipeline(Callback):
         backbone_input: Callable[[Any], torch.Tensor] | None = None,
         pin_memory: bool = True,
         depth: int = 1,
-        cuda_graph: bool = False,
+        cuda_graph: bool | None = None,
         staging_thread: bool | None = None,
         warmup: int = 20,
         trial: int = 30,
@@ -129,6 +134,7 @@ class StreamPipeline(Callback):
         self._executor: StagingThread | None = None
         self._threaded = False  # whether the next batch is staged on the thread
         self._auto_args = dict(warmup=warmup, trial=trial, recheck=recheck)
+        self._graph_way: str | None = None  # auto's candidate with the backbone as a CUDA graph
         self._trainer: Trainer | None = None
         self._proxy: BackboneProxy | None = None
         self._backbone_name: str | None = None
@@ -167,8 +173,13 @@ class StreamPipeline(Callback):
         if can_thread:
             self._executor = StagingThread(device)
         self._threaded = bool(can_thread)
+        self._graph_way = None
         if self.mode == "auto" and self._cuda:
-            ways = ("inline", "thread") if self.staging_thread is None else ("thread",) if can_thread else ("inline",)
+            ways: tuple[str, ...] = (
+                ("inline", "thread") if self.staging_thread is None else ("thread",) if can_thread else ("inline",))
+            if self.cuda_graph is None and self.backbone_spec is not False:
+                self._graph_way = f"{ways[-1]}+graph"  # dropped after the first batch if no backbone is found
+                ways += (self._graph_way,)
             sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
             self._auto = AutoSwitch(candidates=("serial", *ways), sync=sync, **self._auto_args)
         else:
@@ -186,7 +197,8 @@ class StreamPipeline(Callback):
                 f"StreamPipeline: backbone {self._backbone_name!r} is in training mode; its staged forward runs in"
                 " that mode (BatchNorm statistics, dropout). Call `.eval()` on it for identical results."
             )
-        self._proxy = BackboneProxy(module, cuda_graph=self.cuda_graph and self._cuda)
+        self._proxy = BackboneProxy(module, cuda_graph=self._cuda and (self.cuda_graph or self._graph_way is not None))
+        self._proxy.use_graph = self._cuda and bool(self.cuda_graph)
         if self.backbone_input is None:
             self._probe_input(module)
 
@@ -251,6 +263,8 @@ class StreamPipeline(Callback):
             self._delivered_probe = None
             if self._proxy is None and self.backbone_spec is None:
                 rank_zero_info("StreamPipeline: no frozen child module takes the batch input; no backbone runs ahead.")
+            if self._proxy is None and self._auto is not None and self._graph_way is not None:
+                self._auto.drop(self._graph_way)
 
     def _resolve(self, slot: Any) -> Any:
         """The staged batch of a slot: staged now if it was only fetched, awaited if it is being staged."""
@@ -362,9 +376,20 @@ class StreamPipeline(Callback):
                 self._log_decision(gain=r.serial_ms / r.steady_ms - 1.0)
             elif len(self._auto.history) > decided:
                 self._log_decision()
-            self._threaded = choice == "thread"
+                self._release_unused_graphs(choice)
+            self._threaded = choice.startswith("thread")
+            if self._proxy is not None and self._graph_way is not None:
+                self._proxy.use_graph = choice.endswith("+graph")
             return choice != "serial"
         return self.mode == "on"
+
+    def _release_unused_graphs(self, choice: str) -> None:
+        """Auto chose a way without the backbone's CUDA graph: free its memory until the next trials."""
+        graphed = self._proxy.graphed if self._proxy is not None else None
+        if graphed is not None and self._graph_way is not None and not choice.endswith("+graph"):
+            if self._stream is not None:
+                self._stream.synchronize()  # no replay in flight while its memory pool is freed
+            graphed.release()
 
     def _next_allowed(self) -> bool:
         """Stage the next batch (N + 1 + staged) only if the loop will train on it (none is prepared and dropped)."""
@@ -456,7 +481,8 @@ class StreamPipeline(Callback):
             lines.append(f"  backbone {self._backbone_name!r}: {hits} staged outputs used, {misses} computed in the step")
             graphed = self._proxy.graphed if self._proxy else None
             if graphed is not None:
-                lines.append(f"  CUDA graph: {graphed.replays} replays, {graphed.eager} eager calls")
+                failed = f"; not capturable ({graphed.failure})" if graphed.failure else ""
+                lines.append(f"  CUDA graph: {graphed.replays} replays, {graphed.eager} eager calls{failed}")
         if self._auto is not None:
             for m in self._auto.history:
                 ways = ", ".join(f"{_WAYS.get(c, c)} {ms:.3f}" for c, ms in m.ms.items())
@@ -477,7 +503,8 @@ class StreamPipeline(Callback):
             return
         gain = self._auto.history[-1].gain if gain is None else gain
         metrics = {"streampipe/pipelined": float(self._auto.pipelined), "streampipe/gain": gain,
-                   "streampipe/threaded": float(self._auto.choice == "thread")}
+                   "streampipe/threaded": float(self._auto.choice.startswith("thread")),
+                   "streampipe/graphed": float(self._auto.choice.endswith("+graph"))}
         for logger in self._trainer.loggers:
             logger.log_metrics(metrics, step=self._trainer.global_step)
         if final:

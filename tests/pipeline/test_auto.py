@@ -36,6 +36,17 @@ def test_picks_the_fastest_of_several_pipelined_ways():
     assert slower.choice == "serial" and slower.history[0].best == "thread"
 
 
+def test_a_dropped_way_is_not_tried():
+    switch = AutoSwitch(("serial", "inline", "thread", "thread+graph"), warmup=2, trial=4, recheck=100, settle=1)
+    switch.drop("thread+graph")
+    switch.drop("serial")  # serial always stays
+    used = drive(switch, {"serial": 0.002, "inline": 0.002, "thread": 0.002, "thread+graph": 0.001}, steps=40)
+    assert "thread+graph" not in used and set(switch.history[0].ms) == {"serial", "inline", "thread"}
+    last = AutoSwitch(("serial", "thread"), warmup=2, trial=4)
+    last.drop("thread")  # one pipelined way always stays
+    assert last.candidates == ("serial", "thread")
+
+
 def test_a_gain_within_the_margin_stays_serial():
     switch = AutoSwitch(warmup=1, trial=4, recheck=50, settle=1, margin=0.5)
     drive(switch, {"serial": 0.003, "pipelined": 0.0025}, steps=30)

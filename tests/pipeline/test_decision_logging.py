@@ -21,7 +21,8 @@ def test_each_auto_decision_is_logged_with_its_gain():
         pipe._want_pipelining()
     assert len(pipe._auto.history) == 1
     step, metrics = logger.logged[-1]
-    assert step == 42 and set(metrics) == {"streampipe/pipelined", "streampipe/gain", "streampipe/threaded"}
+    assert step == 42 and set(metrics) == {"streampipe/pipelined", "streampipe/gain", "streampipe/threaded",
+                                        "streampipe/graphed"}
     assert metrics["streampipe/gain"] == pipe._auto.history[0].gain
     assert Measurement({"serial": 10.0, "pipelined": 8.0}, "pipelined").gain == 0.25
 

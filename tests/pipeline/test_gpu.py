@@ -85,13 +85,17 @@ def test_cuda_graph_backbone_equals_serial(case, threaded):
     assert graphed is not None and graphed.replays > 0
 
 
-def test_auto_measures_serial_inline_and_thread_and_equals_serial():
+def test_auto_measures_serial_inline_thread_and_graph_and_equals_serial():
     serial, _ = run(None, accelerator="gpu", max_epochs=3)
     piped, trainer = run("auto", accelerator="gpu", max_epochs=3,
                          callback_kwargs=dict(backbone="backbone", warmup=2, trial=4, recheck=100))
     pipe = trainer.callbacks[0]
-    assert set(pipe._auto.history[0].ms) == {"serial", "inline", "thread"}
+    assert set(pipe._auto.history[0].ms) == {"serial", "inline", "thread", "thread+graph"}
     assert "measured ms/step" in pipe.report()
+    graphed = pipe._proxy.graphed
+    assert graphed.replays > 0  # the graph's trials replayed it
+    if not pipe._auto.choice.endswith("+graph"):
+        assert not graphed._graphs  # released when auto chose a way without it
     assert piped.seen == serial.seen
     assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
 
@@ -122,3 +126,32 @@ def test_extra_memory_is_bounded_by_the_staging_depth(depth):
     serial = _steady_allocated([])
     piped = _steady_allocated([StreamPipeline(mode="on", backbone="backbone", depth=depth)])
     assert piped - serial <= (depth + 1) * batch_bytes
+
+
+def test_auto_without_a_backbone_does_not_try_a_graph():
+    piped, trainer = run("auto", accelerator="gpu", max_epochs=2,
+                         callback_kwargs=dict(backbone=False, warmup=2, trial=3, recheck=100))
+    assert set(trainer.callbacks[0]._auto.history[0].ms) == {"serial", "inline", "thread"}
+
+
+def test_a_forward_that_cannot_be_captured_runs_eagerly_with_one_warning():
+    from lightning_streamprof.pipeline.backbone import GraphedForward
+
+    weight = torch.randn(16, 16, device="cuda")
+
+    def forward(x):
+        scale = float(x.abs().max().item())  # a host synchronisation: not capturable
+        return (x @ weight) / scale
+
+    graphed = GraphedForward(forward)
+    x = torch.randn(8, 16, device="cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side), pytest.warns(UserWarning, match="cannot be captured"):
+        out = graphed(x)
+    with torch.cuda.stream(side):
+        again = graphed(x)  # eager, no second warning
+    torch.cuda.synchronize()
+    assert graphed.failure is not None and graphed.replays == 0 and graphed.eager == 2
+    torch.testing.assert_close(out, forward(x))
+    torch.testing.assert_close(again, out)
+    assert (torch.ones(4, device="cuda") * 2).sum().item() == 8  # the device is usable afterwards
