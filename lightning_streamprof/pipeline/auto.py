@@ -74,6 +74,8 @@ class AutoSwitch:
     ) -> None:
         if not candidates or candidates[0] != SERIAL or len(candidates) < 2:
             raise ValueError(f"AutoSwitch: candidates must start with {SERIAL!r} and name a pipelined way")
+        if trial <= settle:
+            raise ValueError(f"StreamPipeline: `trial` must be more than {settle} steps (the untimed start), got {trial}")
         self.candidates = tuple(candidates)
         self.warmup, self.trial, self.recheck, self.margin, self.settle = warmup, trial, recheck, margin, settle
         self.sync = sync

@@ -160,10 +160,25 @@ class GraphedForward:
             for _ in range(self.warmup):  # on the current side stream, as CUDA graph capture requires
                 self.forward(static_in)
             graph = torch.cuda.CUDAGraph()
-            # thread-local: other threads (training, pinning) keep calling CUDA while this one captures
-            with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
-                static_out = self.forward(static_in)
+            try:
+                # thread-local: other threads (training, pinning) keep calling CUDA while this one captures
+                with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
+                    static_out = self.forward(static_in)
+            except Exception:
+                _clear_generator_capture(x.device)
+                raise
         return graph, static_in, static_out
+
+
+def _clear_generator_capture(device: torch.device) -> None:
+    """A failed capture leaves the device's default CUDA generator marked as capturing, so that every later
+    eager random draw on it fails; the end of a capture that succeeds clears the mark."""
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream(device), capture_error_mode="thread_local"):
+            torch.zeros(1, device=device)
+    except Exception as err:  # noqa: BLE001
+        warnings.warn(f"StreamPipeline: the CUDA generator may be left in capture mode ({err})", stacklevel=2)
 
 
 def _clone(out: Any) -> Any:

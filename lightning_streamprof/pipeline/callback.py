@@ -121,6 +121,8 @@ class StreamPipeline(Callback):
     ) -> None:
         if mode not in ("auto", "on", "off"):
             raise ValueError(f"StreamPipeline: `mode` must be 'auto', 'on' or 'off', got {mode!r}")
+        if trial <= 3:
+            raise ValueError(f"StreamPipeline: `trial` must be more than 3 steps (the untimed start), got {trial}")
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"StreamPipeline: `depth` must be an integer >= 1, got {depth!r}")
         self.depth = depth

@@ -36,6 +36,11 @@ def test_picks_the_fastest_of_several_pipelined_ways():
     assert slower.choice == "serial" and slower.history[0].best == "thread"
 
 
+def test_a_trial_must_be_longer_than_its_untimed_start():
+    with pytest.raises(ValueError, match="`trial` must be more than 3 steps"):
+        AutoSwitch(trial=3, settle=3)
+
+
 def test_a_dropped_way_is_not_tried():
     switch = AutoSwitch(("serial", "inline", "thread", "thread+graph"), warmup=2, trial=4, recheck=100, settle=1)
     switch.drop("thread+graph")
