@@ -235,7 +235,7 @@ def measure_workload(workload: str, batch: int, rounds: int, args: argparse.Name
     lower = min(row.get("ceiling_loader", float("inf")), row["ceiling_gpu_busy"])
     pipelined = [row[k] for k in ("lightning_on", "lightning_on_inline", "lightning_on+graph") if k in row]
     best = max([row[k] for k in ("lightning_auto",) if k in row] + pipelined, default=None)
-    if pipelined:
+    if pipelined and "ceiling_loader" in row:
         row["on_vs_lower_ceiling"] = max(pipelined) / lower
     if "lightning_auto" in row and "lightning_serial" in row:
         row["auto_vs_serial"] = row["lightning_auto"] / row["lightning_serial"]

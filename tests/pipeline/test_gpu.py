@@ -129,7 +129,7 @@ def test_extra_memory_is_bounded_by_the_staging_depth(depth):
 
 
 def test_auto_without_a_backbone_does_not_try_a_graph():
-    piped, trainer = run("auto", accelerator="gpu", max_epochs=2,
+    piped, trainer = run("auto", accelerator="gpu", max_epochs=3,
                          callback_kwargs=dict(backbone=False, warmup=2, trial=4, recheck=100))
     assert set(trainer.callbacks[0]._auto.history[0].ms) == {"serial", "inline", "thread"}
 
