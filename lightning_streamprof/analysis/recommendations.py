@@ -14,6 +14,9 @@ id                          rule
                            unless StreamPipeline already stages batches in the trace
 ``host_bound``              GPU utilization < 50% and the training thread busy > 80% of its step, i.e. not
                             waiting in a synchronising CUDA call or for the DataLoader: the host is the limit
+``host_sync``               the training thread waits in synchronising CUDA calls > 5% of the step (``.item()``,
+                            copies to the host, ``torch.cuda.synchronize``), with the operator and source line
+                            of each kind of wait
 ==========================  ==========================================================================
 """
 
@@ -26,9 +29,12 @@ from typing import Any
 import numpy as np
 
 from lightning_streamprof.analysis import intervals as iv
+from lightning_streamprof.analysis._links import thread_keys
 from lightning_streamprof.analysis.gpu import GpuMetrics, device_properties
 from lightning_streamprof.analysis.kernels import TensorCoreUse
 from lightning_streamprof.analysis.memory import MemoryStats
+from lightning_streamprof.analysis.operators import operator_nesting
+from lightning_streamprof.analysis.source import user_frames_at
 from lightning_streamprof.analysis.steps import StepBreakdown, is_step, name_mask
 from lightning_streamprof.trace.reader import EventTable, Kind
 
@@ -37,6 +43,7 @@ COMMUNICATION_SHARE = 0.10
 LOW_UTILIZATION = 0.50
 MEMORY_SHARE = 0.90
 PIPELINE_SHARE = 0.10
+SYNC_SHARE = 0.05
 HOST_BUSY = 0.80
 _LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
              "cudaGraphLaunch", "cuGraphLaunch")
@@ -117,16 +124,11 @@ def _host_bound(table: EventTable, breakdown: StepBreakdown, gpus: list[GpuMetri
     mean = breakdown.mean_ns
     if step <= 0 or not gpus or min(g.utilization for g in gpus) >= LOW_UTILIZATION:
         return []
-    marks = table.select(Kind.USER_ANNOTATION, Kind.CPU_OP)
-    marks = marks[name_mask(table, marks, is_step)]
-    if marks.size == 0:
+    host = _on_training_thread(table, table.select(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER))
+    if host.size == 0:
         return []
-    loop = np.unique(_thread_keys(table, marks))  # the thread(s) that ran the steps
-    host = table.select(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER)
-    host = host[np.isin(_thread_keys(table, host), loop)]
     runtime = host[table.kind[host] != Kind.CPU_OP]
-    lo = np.array([s.step.host_start_ns for s in breakdown.steps])
-    hi = np.array([s.step.host_end_ns for s in breakdown.steps])
+    lo, hi = _host_steps(breakdown)
     host_step = float((hi - lo).mean())
     if host_step <= 0:
         return []
@@ -157,9 +159,76 @@ def _host_bound(table: EventTable, breakdown: StepBreakdown, gpus: list[GpuMetri
     ]
 
 
-def _thread_keys(table: EventTable, rows: np.ndarray) -> np.ndarray:
-    """One number per (process, thread) of each row."""
-    return table.pid[rows] * (1 << 32) + table.tid[rows]
+#: the operator in which a synchronising call waits, as people write it
+_SYNC_CAUSES = {
+    "aten::_local_scalar_dense": ".item() / float(t) / bool(t)",
+    "aten::item": ".item() / float(t) / bool(t)",
+    "aten::copy_": "a copy to the host (.cpu(), .to('cpu'), .numpy())",
+    "aten::nonzero": "nonzero (an output shape that depends on the data)",
+    "aten::masked_select": "masked_select (an output shape that depends on the data)",
+}
+
+
+def _host_syncs(table: EventTable, breakdown: StepBreakdown) -> list[Recommendation]:
+    """The training thread waiting for the device inside steps: each wait empties the GPU's queue."""
+    step = breakdown.mean_step_ns
+    if step <= 0 or breakdown.count == 0:
+        return []
+    runtime = _on_training_thread(table, table.select(Kind.RUNTIME, Kind.DRIVER))
+    blocking = runtime[name_mask(table, runtime, _is_blocking)]
+    lo, hi = _host_steps(breakdown)
+    if blocking.size:
+        ts = table.ts[blocking]
+        blocking = blocking[((ts[:, None] >= lo) & (ts[:, None] < hi)).any(axis=1)]
+    if blocking.size == 0:
+        return []
+    wait = _mean_inside(table, blocking, lo, hi)
+    if wait / step <= SYNC_SHARE:
+        return []
+    ops, nesting = operator_nesting(table)
+    owner = nesting.enclosing(table.ts[blocking], thread_keys(table, blocking))
+    lines = user_frames_at(table, blocking)
+    causes: dict[tuple[str, str | None], list[float]] = {}
+    for row, op, line in zip(blocking.tolist(), owner.tolist(), lines):
+        name = table.names[table.name[ops[op]]] if op >= 0 else table.names[table.name[row]]
+        entry = causes.setdefault((name, line), [0.0, 0.0])
+        entry[0] += 1
+        entry[1] += float(table.dur[row])
+    n = breakdown.count
+    rows = sorted(causes.items(), key=lambda kv: -kv[1][1])
+    found = [{"operator": name, "what": _SYNC_CAUSES.get(name, name), "source": line,
+              "calls_per_step": calls / n, "ms_per_step": _ms(ns / n)} for (name, line), (calls, ns) in rows]
+    shown = "; ".join(
+        f"{c['what']} {c['calls_per_step']:.1f}x, {c['ms_per_step']} ms" + (f" at {c['source']}" if c["source"] else "")
+        for c in found[:3])
+    idle = max(0.0, step - breakdown.mean_ns["kernel"] - breakdown.mean_ns["memcpy"] - breakdown.mean_ns["memset"])
+    per_step = blocking.size / n
+    return [
+        Recommendation(
+            "host_sync",
+            f"The training thread waits for the GPU {per_step:.1f} times per step in synchronising CUDA calls, "
+            f"{_ms(wait)} ms/step ({_pct(wait / step)}% of the step): {shown}. Each wait empties the GPU's queue, "
+            "and the GPU then idles until the host has issued the next kernels (it is idle "
+            f"{_ms(idle)} ms of each {_ms(step)} ms step). Keep values on the device during the step: no .item(), "
+            ".cpu() or printing of tensors, no Python condition on a tensor's value; Lightning's progress bar reads "
+            "the values logged with prog_bar=True at each refresh (a larger refresh_rate reads them less often).",
+            {"syncs_per_step": per_step, "wait_ms_per_step": _ms(wait), "share": wait / step,
+             "gpu_idle_ms_per_step": _ms(idle), "step_ms": _ms(step), "causes": found},
+        )
+    ]
+
+
+def _on_training_thread(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """The rows on the thread(s) that ran the training steps."""
+    marks = table.select(Kind.USER_ANNOTATION, Kind.CPU_OP)
+    marks = marks[name_mask(table, marks, is_step)]
+    return rows[np.isin(thread_keys(table, rows), np.unique(thread_keys(table, marks)))]
+
+
+def _host_steps(breakdown: StepBreakdown) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's host start and end."""
+    return (np.array([s.step.host_start_ns for s in breakdown.steps], np.int64),
+            np.array([s.step.host_end_ns for s in breakdown.steps], np.int64))
 
 
 def _mean_inside(table: EventTable, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
@@ -254,5 +323,6 @@ def recommend(
             )
             break
     out.extend(_host_bound(table, breakdown, gpus))
+    out.extend(_host_syncs(table, breakdown))
     out.extend(_pipeline(table, breakdown))
     return out

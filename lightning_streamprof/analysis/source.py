@@ -51,6 +51,26 @@ def is_user_frame(name: str) -> bool:
     return module not in LIBRARY_PACKAGES and module not in sys.stdlib_module_names
 
 
+def user_frames_at(table: EventTable, rows: np.ndarray) -> list[str | None]:
+    """The innermost user-code frame (``file:line``) around each event of ``rows``; ``None`` without one."""
+    frames = table.select(Kind.PYTHON_FUNCTION)
+    out: list[str | None] = [None] * rows.size
+    if frames.size == 0 or rows.size == 0:
+        return out
+    user = frames[np.fromiter((is_user_frame(n) for n in table.names), bool, len(table.names))[table.name[frames]]]
+    if user.size == 0:
+        return out
+    starts = table.ts[user]
+    owner = Nesting(starts, starts + table.dur[user], thread_keys(table, user)).enclosing(
+        table.ts[rows], thread_keys(table, rows))
+    for i, o in enumerate(owner.tolist()):
+        if o >= 0:
+            m = _FRAME.match(table.names[table.name[user[o]]])
+            assert m is not None
+            out[i] = f"{m['file']}:{m['line']}"
+    return out
+
+
 def source_lines(table: EventTable, limit: int = 20) -> list[SourceLine]:
     """The ``limit`` user-code lines with the most operator host + device self time (empty without stacks)."""
     frames = table.select(Kind.PYTHON_FUNCTION)

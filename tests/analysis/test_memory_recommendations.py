@@ -181,3 +181,50 @@ def test_not_host_bound_when_the_thread_waits_for_the_device():
     """30 of 100 µs in cudaStreamSynchronize (inside relu, as in ``.item()``) leaves it busy 70% < 80%."""
     assert "host_bound" not in _launch_bound(sync_ts=60, sync_dur=30)
 
+
+
+def _syncing_steps():
+    """Two steps of 100 µs on thread 1 (GPU busy 20 µs in each). Step 1: ``.item()`` in train.py line 12
+    waits 20 µs (aten::item > aten::_local_scalar_dense > cudaStreamSynchronize [40, 60)); step 2: the same
+    (at [140, 160)) and a copy to the host in line 15 waits 10 µs ([170, 180) in aten::copy_). A
+    synchronize at [230, 290), after the last step, is outside the steps."""
+    b = TraceBuilder()
+    for n, t0 in ((1, 0), (2, 100)):
+        b.step(n, t0, 100)
+        fn = b.frame("train.py(10): training_step", t0 + 1, 95)
+        b.frame("train.py(12): training_step", t0 + 30, 35, parent=fn)
+        item = b.op("aten::item", t0 + 30, 35)
+        b.op("aten::_local_scalar_dense", t0 + 31, 33)
+        b.runtime("cudaMemcpyAsync", t0 + 32, 2, item)
+        b.runtime("cudaStreamSynchronize", t0 + 40, 20, item)
+        b.launch("gemm", t0 + 2, t0 + 10, 20, b.op("aten::mm", t0 + 2, 5))
+    b.frame("train.py(15): training_step", 168, 14)
+    copy = b.op("aten::copy_", 168, 14)
+    b.runtime("cudaStreamSynchronize", 170, 10, copy)
+    b.runtime("cudaDeviceSynchronize", 230, 60, 0)
+    return b
+
+
+def test_host_sync_names_each_wait_with_its_operator_and_line():
+    rec = _ids(analyze_table(_syncing_steps().table()))
+    ev = rec["host_sync"].evidence
+    assert ev["syncs_per_step"] == 1.5 and ev["wait_ms_per_step"] == pytest.approx(0.025)
+    assert ev["share"] == pytest.approx(0.25) and ev["step_ms"] == pytest.approx(0.1)
+    assert ev["gpu_idle_ms_per_step"] == pytest.approx(0.08)
+    item, copy = ev["causes"]
+    assert (item["operator"], item["source"], item["calls_per_step"], item["ms_per_step"]) == (
+        "aten::_local_scalar_dense", "train.py:12", 1.0, 0.02)
+    assert (copy["operator"], copy["source"], copy["calls_per_step"], copy["ms_per_step"]) == (
+        "aten::copy_", "train.py:15", 0.5, 0.005)
+    assert ".item()" in rec["host_sync"].message and "train.py:12" in rec["host_sync"].message
+
+
+def test_no_host_sync_below_five_percent_or_outside_steps():
+    """4 µs of a 100 µs step waits: 4% <= 5%. The long synchronize after the steps does not count."""
+    assert "host_sync" not in _launch_bound(sync_ts=90, sync_dur=4)
+    assert "host_sync" in _launch_bound(sync_ts=60, sync_dur=30)
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.launch("gemm", 2, 10, 20, b.op("aten::mm", 2, 5))
+    b.runtime("cudaDeviceSynchronize", 150, 60, 0)
+    assert "host_sync" not in _ids(analyze_table(b.table()))
