@@ -66,7 +66,8 @@ def test_real_h200_traces():
         runtime_corr = set(t.correlation[t.select(Kind.RUNTIME, Kind.DRIVER)].tolist())
         assert set(t.correlation[kernels].tolist()) <= runtime_corr  # every kernel has its launch
         steps = [t.names[i] for i in t.name[t.select(Kind.USER_ANNOTATION)] if t.names[i].startswith("ProfilerStep#")]
-        assert steps == ["ProfilerStep#12", "ProfilerStep#13"]
+        first = 201 if path.name.startswith("augment") else 12  # the profiled window of each recording
+        assert steps == [f"ProfilerStep#{n}" for n in range(first, first + len(steps))] and len(steps) >= 2
     memory = read_trace(str(FIXTURES / "frozen_backbone_memory_stack.pt.trace.json.gz"))
     mem = memory.select(Kind.MEMORY)
     assert mem.size > 0 and memory.total_allocated[mem].max() > 0
