@@ -46,10 +46,10 @@ class BackboneProxy:
     """Replaces ``module.forward`` (an instance attribute, so the state dict is unchanged): a call with the
     staged input tensor returns the staged output, any other call computes normally."""
 
-    def __init__(self, module: nn.Module, cuda_graph: bool = False) -> None:
+    def __init__(self, module: nn.Module, cuda_graph: bool = False, defer_capture: Callable[[], bool] = lambda: False) -> None:
         self.module = module
         self._original: Callable[..., Any] = module.forward
-        self.graphed = GraphedForward(self._original) if cuda_graph else None
+        self.graphed = GraphedForward(self._original, defer=defer_capture) if cuda_graph else None
         self.use_graph = cuda_graph  # whether ``compute`` replays the graph (auto switches it per trial)
         self.staged_input: torch.Tensor | None = None
         self.staged_output: Any = None
@@ -116,13 +116,20 @@ class GraphedForward:
     result the training stream still reads. After ``max_graphs`` shapes, new shapes run eagerly; a forward
     that cannot be captured (a host synchronisation, a CPU operation) runs eagerly from then on, with one
     warning (``failure`` keeps the reason).
+
+    Where ``defer()`` is true (on the staging thread) a new shape runs eagerly and is captured by the next
+    :meth:`capture_pending`, called on the training thread while no other thread stages: a capture marks the
+    device's default CUDA generator as capturing, and a random draw on another thread meanwhile would fail.
     """
 
-    def __init__(self, forward: Callable[..., Any], max_graphs: int = 2, warmup: int = 3) -> None:
+    def __init__(self, forward: Callable[..., Any], max_graphs: int = 2, warmup: int = 3,
+                 defer: Callable[[], bool] = lambda: False) -> None:
         self.forward = forward
         self.max_graphs = max_graphs
         self.warmup = warmup
+        self.defer = defer
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor, Any]] = {}
+        self._pending: dict[tuple, torch.Tensor] = {}
         self.replays = 0
         self.eager = 0
         self.failure: str | None = None
@@ -131,28 +138,52 @@ class GraphedForward:
         key = (tuple(x.shape), x.dtype, x.device)
         entry = self._graphs.get(key)
         if entry is None:
-            full = len(self._graphs) >= self.max_graphs
-            if full or self.failure is not None or not x.is_cuda or torch.is_autocast_enabled():
+            if self._may_capture(x):
+                if self.defer():
+                    self._pending.setdefault(key, x)
+                else:
+                    entry = self._try_capture(key, x)
+            if entry is None:
                 self.eager += 1
                 with torch.no_grad():
                     return self.forward(x)
-            try:
-                entry = self._capture(x)
-            except Exception as err:  # noqa: BLE001 - not capturable: eager from now on
-                self.failure = f"{type(err).__name__}: {err}".splitlines()[0]
-                warnings.warn(f"StreamPipeline: the backbone's forward cannot be captured as a CUDA graph"
-                              f" ({self.failure}); it runs eagerly.", stacklevel=2)
-                return self(x)
-            self._graphs[key] = entry
         graph, static_in, static_out = entry
         static_in.copy_(x)
         graph.replay()
         self.replays += 1
         return _clone(static_out)
 
+    @property
+    def pending(self) -> bool:
+        """Whether shapes wait for :meth:`capture_pending`."""
+        return bool(self._pending)
+
+    def capture_pending(self) -> None:
+        """Capture the shapes that were deferred (on the current stream, the one they were staged on)."""
+        pending, self._pending = self._pending, {}
+        for key, x in pending.items():
+            if key not in self._graphs and self._may_capture(x):
+                self._try_capture(key, x)
+
+    def _may_capture(self, x: torch.Tensor) -> bool:
+        full = len(self._graphs) >= self.max_graphs
+        return not full and self.failure is None and x.is_cuda and not torch.is_autocast_enabled()
+
+    def _try_capture(self, key: tuple, x: torch.Tensor) -> tuple | None:
+        try:
+            entry = self._capture(x)
+        except Exception as err:  # noqa: BLE001 - not capturable: eager from now on
+            self.failure = f"{type(err).__name__}: {err}".splitlines()[0]
+            warnings.warn(f"StreamPipeline: the backbone's forward cannot be captured as a CUDA graph"
+                          f" ({self.failure}); it runs eagerly.", stacklevel=3)
+            return None
+        self._graphs[key] = entry
+        return entry
+
     def release(self) -> None:
         """Drop the captured graphs and their memory (captured again if used again)."""
         self._graphs.clear()
+        self._pending.clear()
 
     def _capture(self, x: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, Any]:
         static_in = x.clone()

@@ -199,7 +199,8 @@ class StreamPipeline(Callback):
                 f"StreamPipeline: backbone {self._backbone_name!r} is in training mode; its staged forward runs in"
                 " that mode (BatchNorm statistics, dropout). Call `.eval()` on it for identical results."
             )
-        self._proxy = BackboneProxy(module, cuda_graph=self._cuda and (self.cuda_graph or self._graph_way is not None))
+        self._proxy = BackboneProxy(module, cuda_graph=self._cuda and (self.cuda_graph or self._graph_way is not None),
+                                    defer_capture=lambda: self._executor is not None and self._executor.inside())
         self._proxy.use_graph = self._cuda and bool(self.cuda_graph)
         if self.backbone_input is None:
             self._probe_input(module)
@@ -258,6 +259,10 @@ class StreamPipeline(Callback):
         # no hook of the next batch running (its hooks see the trainer state of a training step)
         for i, slot in enumerate(self._slots):
             self._slots[i] = self._resolve(slot)
+        graphed = self._proxy.graphed if self._proxy is not None else None
+        if graphed is not None and graphed.pending and self._stream is not None:
+            with torch.cuda.stream(self._stream):  # no other thread stages now (see GraphedForward)
+                graphed.capture_pending()
         if self._probe_hooks:
             for handle in self._probe_hooks:
                 handle.remove()

@@ -1,0 +1,76 @@
+"""When and where the backbone's CUDA graphs are captured (the capture itself is replaced: CPU tests)."""
+
+import pytest
+import torch
+
+from lightning_streamprof.pipeline.backbone import GraphedForward
+
+
+class FakeGraph:
+    """Replays by running the forward on the static input into the static output."""
+
+    def __init__(self, forward, static_in, static_out):
+        self.forward, self.static_in, self.static_out = forward, static_in, static_out
+
+    def replay(self):
+        self.static_out.copy_(self.forward(self.static_in))
+
+
+@pytest.fixture
+def graphed(monkeypatch):
+    """A GraphedForward of ``2x + 1`` that may capture CPU tensors; ``captures`` lists the captured inputs."""
+    captures = []
+
+    def capture(self, x):
+        captures.append(x)
+        static_in = x.clone()
+        static_out = self.forward(static_in)
+        return FakeGraph(self.forward, static_in, static_out), static_in, static_out
+
+    monkeypatch.setattr(GraphedForward, "_capture", capture)
+    monkeypatch.setattr(GraphedForward, "_may_capture", lambda self, x: len(self._graphs) < self.max_graphs
+                        and self.failure is None)
+    g = GraphedForward(lambda x: 2 * x + 1)
+    g.captures = captures
+    return g
+
+
+def test_a_new_shape_is_captured_at_once_where_capture_is_not_deferred(graphed):
+    x = torch.arange(4.0)
+    assert torch.equal(graphed(x), 2 * x + 1) and graphed.replays == 1 and len(graphed.captures) == 1
+    y = torch.arange(4.0) + 10
+    assert torch.equal(graphed(y), 2 * y + 1) and graphed.replays == 2 and len(graphed.captures) == 1
+
+
+def test_on_the_staging_thread_a_new_shape_runs_eagerly_until_the_training_thread_captures_it(graphed):
+    deferring = True
+    graphed.defer = lambda: deferring
+    x = torch.arange(4.0)
+    assert torch.equal(graphed(x), 2 * x + 1)
+    assert graphed.eager == 1 and graphed.replays == 0 and not graphed.captures and graphed.pending
+    graphed(x + 1)  # the same shape again: still eager, one pending capture
+    assert graphed.eager == 2 and graphed.pending
+    deferring = False
+    graphed.capture_pending()  # the training thread, no staging running
+    assert len(graphed.captures) == 1 and not graphed.pending
+    deferring = True
+    y = torch.arange(4.0) * 3
+    assert torch.equal(graphed(y), 2 * y + 1) and graphed.replays == 1  # replayed on the staging thread
+    graphed(torch.ones(2, 3))  # a second shape waits for its own capture
+    assert graphed.pending and graphed.eager == 3
+    graphed.release()
+    assert not graphed.pending and not graphed._graphs
+
+
+def test_a_deferred_capture_that_fails_runs_eagerly_with_one_warning(graphed, monkeypatch):
+    def fail(self, x):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(GraphedForward, "_capture", fail)
+    graphed.defer = lambda: True
+    x = torch.arange(3.0)
+    graphed(x)
+    with pytest.warns(UserWarning, match="cannot be captured as a CUDA graph .RuntimeError: operation not permitted"):
+        graphed.capture_pending()
+    assert graphed.failure == "RuntimeError: operation not permitted when stream is capturing"
+    assert torch.equal(graphed(x), 2 * x + 1) and not graphed.pending and graphed.eager == 2
