@@ -54,7 +54,9 @@ class Revert:
 class AutoSwitch:
     """Trials of ``trial`` steps per candidate, in turn and twice (serial, then each pipelined way, then
     again, so that drift in the loader or the machine cancels out); then the fastest runs for ``recheck``
-    steps.
+    steps. Each round of trials that confirms the previous choice doubles the steps until the next round, up
+    to ``max_recheck`` (default 8 x ``recheck``), so that a stable run spends ever less time in trials of
+    slower ways; a changed choice or a revert starts again from ``recheck``.
 
     A pipelined candidate is kept only when every one of its trials is faster than every serial trial by more
     than ``margin`` (a gain smaller than the trials' own spread is noise); of those, the fastest on average
@@ -70,7 +72,7 @@ class AutoSwitch:
     def __init__(
         self, candidates: Sequence[str] = (SERIAL, "pipelined"), warmup: int = 20, trial: int = 30,
         recheck: int = 1000, margin: float = 0.02, settle: int = 3, rounds: int = 2, watch: int = 200,
-        sync: Callable[[], None] = lambda: None,
+        sync: Callable[[], None] = lambda: None, max_recheck: int | None = None,
     ) -> None:
         if not candidates or candidates[0] != SERIAL or len(candidates) < 2:
             raise ValueError(f"AutoSwitch: candidates must start with {SERIAL!r} and name a pipelined way")
@@ -78,6 +80,9 @@ class AutoSwitch:
             raise ValueError(f"StreamPipeline: `trial` must be more than {settle} steps (the untimed start), got {trial}")
         self.candidates = tuple(candidates)
         self.warmup, self.trial, self.recheck, self.margin, self.settle = warmup, trial, recheck, margin, settle
+        self.max_recheck = 8 * recheck if max_recheck is None else max(max_recheck, recheck)
+        self.interval = recheck  # steps from the last decision to the next round of trials
+        self._reverts_seen = 0
         self.sync = sync
         self.rounds = rounds
         self.order = self.candidates * rounds
@@ -129,8 +134,11 @@ class AutoSwitch:
         m = Measurement(ms, SERIAL, {c: list(t) for c, t in self._times.items()})
         clear = [c for c in self.candidates[1:] if m.worst_gain(c) > self.margin]
         choice = min(clear, key=ms.__getitem__) if clear else SERIAL
+        confirmed = bool(self.history) and self.history[-1].choice == choice and len(self.reverts) == self._reverts_seen
         self.history.append(replace(m, choice=choice))
-        self._phase, self.choice, self._left = -1, choice, self.recheck
+        self._reverts_seen = len(self.reverts)
+        self.interval = min(2 * self.interval, self.max_recheck) if confirmed else self.recheck
+        self._phase, self.choice, self._left = -1, choice, self.interval
         self._watch_left = self.watch + self.settle  # the first window starts after the switch has settled
 
     def _watch_step(self) -> None:
@@ -146,6 +154,7 @@ class AutoSwitch:
             if steady > serial * (1 + self.margin):
                 self.reverts.append(Revert(self.choice, steady, serial))
                 self.choice = SERIAL
+                self._left = min(self._left, self.recheck)  # trials again soon
             self._w0, self._watch_left = now, self.watch
 
     def _elapsed_ms(self) -> float:

@@ -69,7 +69,8 @@ class StreamPipeline(Callback):
     each; with CUDA and ``staging_thread=None``, pipelined both on and off the staging thread, and with a
     backbone running ahead and ``cuda_graph=None``, also with the backbone as a CUDA graph) and keeps the
     fastest (pipelined only if each of its trials beats each serial trial by more than 2%), measuring again
-    every ``recheck`` steps; a pipelined choice whose steady state (timed every 200 steps) falls behind
+    ``recheck`` steps later (an interval that doubles, up to 8x, each time the trials confirm the choice);
+    a pipelined choice whose steady state (timed every 200 steps) falls behind
     serial's trials by more than 2% hands over to serial until then. On CPU the
     same logic runs in order without streams (``auto`` then stays serial). :meth:`report` explains what was
     done; the decision is logged as ``streampipe/pipelined`` and ``streampipe/gain``.

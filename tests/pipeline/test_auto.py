@@ -81,6 +81,33 @@ def test_trials_alternate_and_recheck():
     assert len(switch.history) == 2
 
 
+def test_trials_that_confirm_the_choice_come_ever_less_often():
+    """recheck 5, at most 20: the second decision confirms the first (interval 10), the third too (20), the
+    fourth too (still 20)."""
+    switch = AutoSwitch(warmup=1, trial=3, recheck=5, settle=1, max_recheck=20)
+    decided_at = []
+    for step in range(1, 1 + 12 + 5 + 12 + 10 + 12 + 20 + 12 + 1):
+        time.sleep(0.001)
+        before = len(switch.history)
+        switch.step()
+        if len(switch.history) > before:
+            decided_at.append((step, switch.interval))
+    assert [i for _, i in decided_at] == [5, 10, 20, 20]
+    assert [s for s, _ in decided_at] == [13, 13 + 5 + 12, 13 + 5 + 12 + 10 + 12, 13 + 5 + 12 + 10 + 12 + 20 + 12]
+
+
+def test_a_changed_choice_or_a_revert_starts_the_interval_again():
+    switch = AutoSwitch(warmup=1, trial=4, recheck=50, settle=1, watch=10)
+    drive(switch, {"serial": 0.004, "pipelined": 0.002}, steps=1 + 16)
+    assert switch.choice == "pipelined" and switch.interval == 50
+    switch.interval = 200  # as after confirming rounds
+    switch._left = 150
+    drive(switch, {"serial": 0.004, "pipelined": 0.006}, steps=1 + 10 + 2)
+    assert switch.reverts and switch._left <= 50  # trials soon after a revert
+    drive(switch, {"serial": 0.004, "pipelined": 0.002}, steps=switch._left + 16)
+    assert len(switch.history) == 2 and switch.interval == 50  # the revert in between: not a confirmation
+
+
 def test_measurement_and_bad_candidates():
     m = Measurement({"serial": 10.0, "inline": 9.0, "thread": 8.0}, choice="thread")
     assert m.best == "thread" and m.gain == 0.25 and m.serial_ms == 10.0 and m.pipelined_ms == 8.0
