@@ -67,12 +67,16 @@ class AutoSwitch:
     While a pipelined way runs, its steady state is timed every ``watch`` steps (one ``sync`` per window);
     a window slower than serial's mean trial time by more than ``margin`` switches to serial until the next
     round of trials, so a misjudged trial cannot keep training slower than serial for long.
+
+    ``reduce`` averages timings across processes (DDP ranks; every rank calls it at the same steps) so that
+    all ranks decide alike from the same numbers.
     """
 
     def __init__(
         self, candidates: Sequence[str] = (SERIAL, "pipelined"), warmup: int = 20, trial: int = 30,
         recheck: int = 1000, margin: float = 0.02, settle: int = 3, rounds: int = 2, watch: int = 200,
         sync: Callable[[], None] = lambda: None, max_recheck: int | None = None,
+        reduce: Callable[[list[float]], list[float]] = lambda values: values,
     ) -> None:
         if not candidates or candidates[0] != SERIAL or len(candidates) < 2:
             raise ValueError(f"AutoSwitch: candidates must start with {SERIAL!r} and name a pipelined way")
@@ -84,6 +88,7 @@ class AutoSwitch:
         self.interval = recheck  # steps from the last decision to the next round of trials
         self._reverts_seen = 0
         self.sync = sync
+        self.reduce = reduce
         self.rounds = rounds
         self.order = self.candidates * rounds
         self.choice = SERIAL
@@ -130,6 +135,8 @@ class AutoSwitch:
         return self.choice
 
     def _decide(self) -> None:
+        flat = self.reduce([t for c in self.candidates for t in self._times[c]])
+        self._times = {c: flat[i * self.rounds:(i + 1) * self.rounds] for i, c in enumerate(self.candidates)}
         ms = {c: sum(t) / len(t) for c, t in self._times.items()}
         m = Measurement(ms, SERIAL, {c: list(t) for c, t in self._times.items()})
         clear = [c for c in self.candidates[1:] if m.worst_gain(c) > self.margin]
@@ -149,7 +156,7 @@ class AutoSwitch:
         elif self._watch_left == 0:
             self.sync()
             now = time.perf_counter()
-            steady = (now - self._w0) * 1e3 / self.watch
+            steady = self.reduce([(now - self._w0) * 1e3 / self.watch])[0]
             serial = self.history[-1].serial_ms
             if steady > serial * (1 + self.margin):
                 self.reverts.append(Revert(self.choice, steady, serial))

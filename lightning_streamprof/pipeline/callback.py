@@ -70,10 +70,11 @@ class StreamPipeline(Callback):
     backbone running ahead and ``cuda_graph=None``, also with the backbone as a CUDA graph) and keeps the
     fastest (pipelined only if each of its trials beats each serial trial by more than 2%), measuring again
     ``recheck`` steps later (an interval that doubles, up to 8x, each time the trials confirm the choice);
-    a pipelined choice whose steady state (timed every 200 steps) falls behind
-    serial's trials by more than 2% hands over to serial until then. On CPU the
-    same logic runs in order without streams (``auto`` then stays serial). :meth:`report` explains what was
-    done; the decision is logged as ``streampipe/pipelined`` and ``streampipe/gain``.
+    in DDP the timings are averaged over the ranks, so that every rank makes the same choice. A pipelined
+    choice whose steady state (timed every 200 steps) falls behind serial's trials by more than 2% hands over
+    to serial until the next trials. On CPU the same logic runs in order without streams (``auto`` then stays
+    serial). :meth:`report` explains what was done; the decision is logged as ``streampipe/pipelined``,
+    ``streampipe/gain``, ``streampipe/threaded`` and ``streampipe/graphed``.
 
     Args:
         backbone: Frozen submodule to run ahead (dotted name or module). ``None`` finds a frozen child module
@@ -177,14 +178,15 @@ class StreamPipeline(Callback):
             self._executor = StagingThread(device)
         self._threaded = bool(can_thread)
         self._graph_way = None
-        if self.mode == "auto" and self._cuda:
+        if self.mode == "auto" and (self._cuda or not _AUTO_NEEDS_CUDA):
             ways: tuple[str, ...] = (
                 ("inline", "thread") if self.staging_thread is None else ("thread",) if can_thread else ("inline",))
-            if self.cuda_graph is None and self.backbone_spec is not False:
+            if self.cuda_graph is None and self.backbone_spec is not False and self._cuda:
                 self._graph_way = f"{ways[-1]}+graph"  # dropped after the first batch if no backbone is found
                 ways += (self._graph_way,)
-            sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
-            self._auto = AutoSwitch(candidates=("serial", *ways), sync=sync, **self._auto_args)
+            sync = (lambda: torch.cuda.synchronize(device)) if self._cuda else (lambda: None)
+            self._auto = AutoSwitch(candidates=("serial", *ways), sync=sync, reduce=_rank_mean(trainer),
+                                    **self._auto_args)
         else:
             self._auto = None
         if self._backbone_name is not None:
@@ -521,3 +523,19 @@ class StreamPipeline(Callback):
 
 def _nothing() -> None:
     pass
+
+
+#: ``auto`` measures only with CUDA (without streams nothing overlaps); tests of its DDP logic lift this on CPU
+_AUTO_NEEDS_CUDA = True
+
+
+def _rank_mean(trainer: Trainer) -> Callable[[list[float]], list[float]]:
+    """Averages over the ranks (a collective: every rank calls it at the same step), so all ranks choose alike."""
+    if trainer.world_size <= 1:
+        return lambda values: values
+
+    def mean(values: list[float]) -> list[float]:
+        tensor = torch.tensor(values, dtype=torch.float64, device=trainer.strategy.root_device)
+        return trainer.strategy.reduce(tensor, reduce_op="mean").tolist()
+
+    return mean
