@@ -117,6 +117,17 @@ def _is_blocking(name: str) -> bool:
     return "Synchronize" in name or name in _BLOCKING_COPIES
 
 
+def _blocking(table: EventTable, runtime: np.ndarray) -> np.ndarray:
+    """The runtime/driver rows in which the host thread waits for the device."""
+    return runtime[name_mask(table, runtime, _is_blocking)]
+
+
+def _starting_inside(table: EventTable, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Which ``rows`` start inside one of the (disjoint) windows ``[lo, hi)``."""
+    ts = table.ts[rows][:, None]
+    return ((ts >= lo) & (ts < hi)).any(axis=1)
+
+
 def _host_bound(table: EventTable, breakdown: StepBreakdown, gpus: list[GpuMetrics]) -> list[Recommendation]:
     """The training thread busy issuing work (operators, CUDA runtime, Python between them) for most of its
     step, not waiting for the device or for data, while the GPU idles."""
@@ -132,14 +143,12 @@ def _host_bound(table: EventTable, breakdown: StepBreakdown, gpus: list[GpuMetri
     host_step = float((hi - lo).mean())
     if host_step <= 0:
         return []
-    blocking = runtime[name_mask(table, runtime, _is_blocking)]
-    wait = _mean_inside(table, blocking, lo, hi) + mean["dataloader"]
+    wait = _mean_inside(table, _blocking(table, runtime), lo, hi) + mean["dataloader"]
     share = 1.0 - wait / host_step
     if share <= HOST_BUSY:
         return []
     launches = runtime[name_mask(table, runtime, lambda n: n.startswith(_LAUNCHES))]
-    inside = (table.ts[launches][:, None] >= lo) & (table.ts[launches][:, None] < hi)
-    per_step = float(inside.sum() / breakdown.count)
+    per_step = float(_starting_inside(table, launches, lo, hi).sum() / breakdown.count)
     in_ops = _mean_inside(table, host, lo, hi)
     gpu_ns = mean["kernel"] + mean["memcpy"] + mean["memset"]
     return [
@@ -174,12 +183,9 @@ def _host_syncs(table: EventTable, breakdown: StepBreakdown) -> list[Recommendat
     step = breakdown.mean_step_ns
     if step <= 0 or breakdown.count == 0:
         return []
-    runtime = _on_training_thread(table, table.select(Kind.RUNTIME, Kind.DRIVER))
-    blocking = runtime[name_mask(table, runtime, _is_blocking)]
+    blocking = _blocking(table, _on_training_thread(table, table.select(Kind.RUNTIME, Kind.DRIVER)))
     lo, hi = _host_steps(breakdown)
-    if blocking.size:
-        ts = table.ts[blocking]
-        blocking = blocking[((ts[:, None] >= lo) & (ts[:, None] < hi)).any(axis=1)]
+    blocking = blocking[_starting_inside(table, blocking, lo, hi)]
     if blocking.size == 0:
         return []
     wait = _mean_inside(table, blocking, lo, hi)

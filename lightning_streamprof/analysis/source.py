@@ -51,18 +51,22 @@ def is_user_frame(name: str) -> bool:
     return module not in LIBRARY_PACKAGES and module not in sys.stdlib_module_names
 
 
+def _user_frames(table: EventTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The user-code ``python_function`` rows, and for each of ``rows`` the index into them of the innermost
+    one around it (-1: none)."""
+    frames = table.select(Kind.PYTHON_FUNCTION)
+    user = frames[np.fromiter((is_user_frame(n) for n in table.names), bool, len(table.names))[table.name[frames]]]
+    if user.size == 0 or rows.size == 0:
+        return user, np.full(rows.size, -1, np.int64)
+    starts = table.ts[user]
+    nesting = Nesting(starts, starts + table.dur[user], thread_keys(table, user))
+    return user, nesting.enclosing(table.ts[rows], thread_keys(table, rows))
+
+
 def user_frames_at(table: EventTable, rows: np.ndarray) -> list[str | None]:
     """The innermost user-code frame (``file:line``) around each event of ``rows``; ``None`` without one."""
-    frames = table.select(Kind.PYTHON_FUNCTION)
     out: list[str | None] = [None] * rows.size
-    if frames.size == 0 or rows.size == 0:
-        return out
-    user = frames[np.fromiter((is_user_frame(n) for n in table.names), bool, len(table.names))[table.name[frames]]]
-    if user.size == 0:
-        return out
-    starts = table.ts[user]
-    owner = Nesting(starts, starts + table.dur[user], thread_keys(table, user)).enclosing(
-        table.ts[rows], thread_keys(table, rows))
+    user, owner = _user_frames(table, rows)
     for i, o in enumerate(owner.tolist()):
         if o >= 0:
             m = _FRAME.match(table.names[table.name[user[o]]])
@@ -73,16 +77,12 @@ def user_frames_at(table: EventTable, rows: np.ndarray) -> list[str | None]:
 
 def source_lines(table: EventTable, limit: int = 20) -> list[SourceLine]:
     """The ``limit`` user-code lines with the most operator host + device self time (empty without stacks)."""
-    frames = table.select(Kind.PYTHON_FUNCTION)
-    if frames.size == 0:
-        return []
-    user = frames[np.fromiter((is_user_frame(n) for n in table.names), bool, len(table.names))[table.name[frames]]]
+    if table.select(Kind.PYTHON_FUNCTION).size == 0:
+        return []  # recorded without with_stack
     ops, op_nest = operator_nesting(table)
+    user, owner = _user_frames(table, ops)
     if user.size == 0 or ops.size == 0:
         return []
-    starts = table.ts[user]
-    frame_nest = Nesting(starts, starts + table.dur[user], thread_keys(table, user))
-    owner = frame_nest.enclosing(table.ts[ops], thread_keys(table, ops))
     host_self = op_nest.self_lengths()
     dev_self = device_self_times(table, ops)
     grand = float(host_self.sum() + dev_self.sum())

@@ -7,6 +7,13 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 SERIAL = "serial"
+SETTLE = 3  # untimed steps at the start of each trial (the switch itself costs a step)
+
+
+def check_trial(trial: int, settle: int = SETTLE) -> None:
+    """A trial must time at least one step after its untimed start."""
+    if trial <= settle:
+        raise ValueError(f"StreamPipeline: `trial` must be more than {settle} steps (the untimed start), got {trial}")
 
 
 @dataclass(frozen=True)
@@ -74,14 +81,13 @@ class AutoSwitch:
 
     def __init__(
         self, candidates: Sequence[str] = (SERIAL, "pipelined"), warmup: int = 20, trial: int = 30,
-        recheck: int = 1000, margin: float = 0.02, settle: int = 3, rounds: int = 2, watch: int = 200,
+        recheck: int = 1000, margin: float = 0.02, settle: int = SETTLE, rounds: int = 2, watch: int = 200,
         sync: Callable[[], None] = lambda: None, max_recheck: int | None = None,
         reduce: Callable[[list[float]], list[float]] = lambda values: values,
     ) -> None:
         if not candidates or candidates[0] != SERIAL or len(candidates) < 2:
             raise ValueError(f"AutoSwitch: candidates must start with {SERIAL!r} and name a pipelined way")
-        if trial <= settle:
-            raise ValueError(f"StreamPipeline: `trial` must be more than {settle} steps (the untimed start), got {trial}")
+        check_trial(trial, settle)
         self.candidates = tuple(candidates)
         self.warmup, self.trial, self.recheck, self.margin, self.settle = warmup, trial, recheck, margin, settle
         self.max_recheck = 8 * recheck if max_recheck is None else max(max_recheck, recheck)

@@ -14,7 +14,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 from typing_extensions import override
 
-from lightning_streamprof.pipeline.auto import AutoSwitch
+from lightning_streamprof.pipeline.auto import AutoSwitch, check_trial
 from lightning_streamprof.pipeline.backbone import (
     BackboneProxy,
     check_frozen,
@@ -123,8 +123,7 @@ class StreamPipeline(Callback):
     ) -> None:
         if mode not in ("auto", "on", "off"):
             raise ValueError(f"StreamPipeline: `mode` must be 'auto', 'on' or 'off', got {mode!r}")
-        if trial <= 3:
-            raise ValueError(f"StreamPipeline: `trial` must be more than 3 steps (the untimed start), got {trial}")
+        check_trial(trial)
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"StreamPipeline: `depth` must be an integer >= 1, got {depth!r}")
         self.depth = depth
