@@ -12,9 +12,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "StreamProfiler": "lightning_streamprof.profiler",
+    "StreamProfiler": "lightning_streamprof.profiling.profiler",
     "StreamPipeline": "lightning_streamprof.pipeline",
-    "WindowSchedule": "lightning_streamprof.schedule",
+    "WindowSchedule": "lightning_streamprof.profiling.schedule",
     "read_trace": "lightning_streamprof.trace",
     "TraceFormatError": "lightning_streamprof.trace",
     "analyze": "lightning_streamprof.api",
@@ -31,7 +31,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'lightning_streamprof' has no attribute {name!r}")
     if name == "StreamProfiler":
-        from lightning_streamprof._lightning import register
+        from lightning_streamprof.profiling.registration import register
 
         register()
     value = getattr(importlib.import_module(module), name)

@@ -24,26 +24,31 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("path", help="trace file (.json or .json.gz) or directory of traces")
     analyze.add_argument("--json", action="store_true", help="print one JSON object (the documented contract)")
     analyze.add_argument("--top", type=int, default=10, help="rows per table in the text report")
+    analyze.add_argument("--run", help="the run to report when the directory holds several (default: each run in "
+                                       "the text report; --json needs one)")
     return parser
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    import orjson
-
-    from lightning_streamprof.api import analyze
+    from lightning_streamprof.api import SeveralRunsError, analyze_runs, select_run
     from lightning_streamprof.trace import TraceFormatError
 
     try:
-        result = analyze(args.path)
-    except TraceFormatError as err:
+        runs = analyze_runs(args.path)
+        results = [select_run(runs, args.run, args.path)] if args.run or args.json else [r.merged for r in runs]
+    except (TraceFormatError, SeveralRunsError) as err:
         print(f"streamprof: error: {err}", file=sys.stderr)
         return 2
     if args.json:
-        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+        import msgspec
+
+        from lightning_streamprof.results import to_json
+
+        sys.stdout.buffer.write(msgspec.json.format(to_json(results[0]), indent=2) + b"\n")
     else:
         from lightning_streamprof.report.text import render_analysis
 
-        sys.stdout.write(render_analysis(result, top=args.top) + "\n")
+        sys.stdout.write("\n\n".join(render_analysis(r, top=args.top) for r in results) + "\n")
     return 0
 
 

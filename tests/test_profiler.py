@@ -8,7 +8,7 @@ from conftest import TB_PATTERN, load_trace, step_numbers, trace_files
 from helpers import fit
 
 from lightning_streamprof import StreamProfiler
-from lightning_streamprof.schedule import WindowSchedule
+from lightning_streamprof.profiling.schedule import WindowSchedule
 
 
 def test_sampled_windows_written_per_schedule(tmp_path):

@@ -11,7 +11,7 @@ def test_windows_are_analysed_and_logged_to_tensorboard(tmp_path):
     fit(prof, tmp_path, max_steps=30, logger=logger)
     windows = prof.windows
     assert len(windows) == 3 and all(w.analysis is not None for w in windows)
-    assert windows[0].analysis["steps"]["count"] == 2
+    assert windows[0].analysis.steps.count == 2
     events = EventAccumulator(logger.log_dir)
     events.Reload()
     tags = set(events.Tags()["scalars"])

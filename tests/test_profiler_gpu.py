@@ -3,6 +3,7 @@ from conftest import load_trace, step_numbers, trace_files
 from helpers import fit
 
 from lightning_streamprof import StreamProfiler
+from lightning_streamprof.analysis.context import TraceContext
 from lightning_streamprof.analysis.operators import operator_stats
 from lightning_streamprof.trace import Kind, read_trace
 
@@ -21,5 +22,5 @@ def test_cuda_windows_record_kernels(tmp_path):
     table = read_trace(files[0])
     assert (table.kind == Kind.KERNEL).sum() > 0
     assert (table.kind == Kind.RUNTIME).sum() > 0
-    stats = {s.name: s for s in operator_stats(table)}
+    stats = {s.name: s for s in operator_stats(TraceContext(table))}
     assert stats["aten::addmm"].device_self_ns > 0  # kernels are linked to the operator that launched them

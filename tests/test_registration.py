@@ -31,7 +31,7 @@ def test_trainer_resolves_name_without_import(package):
         print(type(trainer.profiler).__module__, type(trainer.profiler).__name__)
         """
     )
-    assert out.split() == ["lightning_streamprof.profiler", "StreamProfiler"]
+    assert out.split() == ["lightning_streamprof.profiling.profiler", "StreamProfiler"]
 
 
 def test_other_names_keep_lightnings_behaviour():

@@ -1,6 +1,6 @@
 import pytest
 
-from lightning_streamprof.schedule import Phase, WindowSchedule
+from lightning_streamprof.profiling.schedule import Phase, WindowSchedule
 
 
 def test_windows_on_grid():

@@ -10,6 +10,7 @@ import json
 
 import orjson
 
+from lightning_streamprof.analysis.context import TraceContext
 from lightning_streamprof.trace import parse_trace
 
 
@@ -88,6 +89,10 @@ class TraceBuilder:
     def table(self):
         """The :class:`EventTable` of this trace."""
         return parse_trace(orjson.dumps(self.to_dict()), "<built>")
+
+    def context(self):
+        """The analysis context of this trace."""
+        return TraceContext(self.table())
 
     def write(self, path, compress: bool = True):
         data = json.dumps(self.to_dict()).encode()

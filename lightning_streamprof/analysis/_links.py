@@ -1,13 +1,10 @@
-"""Shared linking helpers: id look-ups, device-to-launch links and per-thread interval nesting."""
+"""Shared index helpers: id look-ups, grouping and per-thread interval nesting."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from lightning_streamprof.trace.reader import EventTable, Kind
-
-DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
-LAUNCH_KINDS = (Kind.RUNTIME, Kind.DRIVER)
+from lightning_streamprof.trace.table import EventTable
 
 
 def lookup(keys: np.ndarray, rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -42,23 +39,8 @@ def group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered[new], inverse
 
 
-def device_rows(table: EventTable, kinds: tuple[Kind, ...] = DEVICE_KINDS) -> np.ndarray:
-    return table.select(*kinds)
-
-
-def launches(table: EventTable, rows: np.ndarray) -> np.ndarray:
-    """Runtime/driver row that launched each device row (by correlation), or -1."""
-    rt = table.select(*LAUNCH_KINDS)
-    return lookup(table.correlation[rt], rt, table.correlation[rows])
-
-
-def launching_ops(table: EventTable, rows: np.ndarray) -> np.ndarray:
-    """CPU operator row that launched each row (kernel or runtime call, by External id), or -1."""
-    ops = table.select(Kind.CPU_OP)
-    return lookup(table.external_id[ops], ops, table.external_id[rows])
-
-
 def thread_keys(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """One key per (pid, tid) of each row."""
     return table.pid[rows] * (1 << 32) + (table.tid[rows] & 0xFFFFFFFF)
 
 

@@ -4,48 +4,25 @@ Over the span ``[first step start, last step end]``:
 
 - utilization = merged kernel busy time / span (memcpy and memset do not count);
 - SM efficiency = Σ over time slices of ``min(1, Σ blocks-per-SM of the kernels running)`` × slice / span;
+  None ("unknown") when no kernel with blocks per SM runs inside the span;
 - achieved occupancy = Σ occupancy × kernel time / Σ kernel time (kernels clipped to the span).
 
-The timeline uses torch-tb-profiler's buckets: a power-of-ten number of microseconds giving at most
-``max_bins`` buckets over the whole trace, the last bucket taking the remainder.
+The timeline covers the profiler's own span (Kineto's ``PyTorch Profiler (0)`` event; without one, the
+trace's events) in torch-tb-profiler's buckets: a power-of-ten number of microseconds giving at most
+``max_bins`` buckets, the last bucket taking the remainder.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from lightning_streamprof import names
 from lightning_streamprof.analysis import intervals as iv
-from lightning_streamprof.trace.reader import EventTable, Kind
-
-
-@dataclass(frozen=True)
-class GpuTimeline:
-    """Bucketed metrics: ``starts_ns[i]`` is the start of bucket ``i``; the last ends at ``end_ns``."""
-
-    starts_ns: tuple[int, ...]
-    end_ns: int
-    bucket_ns: int
-    utilization: tuple[float, ...]
-    sm_efficiency: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class GpuMetrics:
-    """Metrics of one device (fractions 0..1; None where the trace has no data for it)."""
-
-    device: int
-    utilization: float
-    sm_efficiency: float | None
-    achieved_occupancy: float | None
-    kernel_ns: int
-    span_ns: int
-    name: str | None = None
-    num_sms: int | None = None
-    total_memory: int | None = None
-    timeline: GpuTimeline | None = None
+from lightning_streamprof.analysis.context import TraceContext
+from lightning_streamprof.results import GpuMetrics, GpuTimeline, TraceIdentity
+from lightning_streamprof.trace.table import EventTable, Kind
 
 
 def device_properties(table: EventTable) -> dict[int, dict[str, Any]]:
@@ -83,68 +60,69 @@ def _buckets(start: int, end: int, max_bins: int) -> tuple[np.ndarray, int]:
     return start + np.arange(n, dtype=np.int64) * size_us * 1000, size_us * 1000
 
 
-def _ratio(a: float, b: float) -> float:
-    return float(a) / float(b) if b > 0 else 0.0
+def profiler_span(ctx: TraceContext) -> tuple[int, int] | None:
+    """The profiler's own span (its ``PyTorch Profiler (0)`` event), else the span of the trace's events."""
+    t = ctx.table
+    spans = t.select(Kind.TRACE)
+    spans = spans[ctx.mask(spans, lambda n: n == names.PROFILER_SPAN)]
+    if spans.size:
+        return int(t.ts[spans].min()), int(ctx.ends(spans).max())
+    valid = np.flatnonzero(t.kind != Kind.MEMORY)
+    return (int(t.ts[valid].min()), int(ctx.ends(valid).max())) if valid.size else None
+
+
+def _timeline(busy: iv.Intervals, sm: tuple[np.ndarray, ...], span: tuple[int, int], max_bins: int) -> GpuTimeline:
+    lo, hi = span
+    starts, size = _buckets(lo, hi, max_bins)
+    ends = np.append(starts[1:], hi)
+    util = iv.integrate(*busy, None, starts, ends) / (ends - starts)
+    sm_line = iv.integrate(sm[0], sm[1], sm[2], starts, ends) / (ends - starts)
+    return GpuTimeline(starts_ns=starts.tolist(), end_ns=hi, bucket_ns=int(size), utilization=util.tolist(),
+                       sm_efficiency=sm_line.tolist())
 
 
 def gpu_metrics(
-    table: EventTable, span: tuple[int, int] | None = None, *, timeline: bool = True, max_bins: int = 100
+    ctx: TraceContext, identity: TraceIdentity | None = None, *, span: tuple[int, int] | None = None,
+    timeline: bool = True, max_bins: int = 100,
 ) -> list[GpuMetrics]:
-    """Metrics of every device that ran a kernel, over ``span`` (default: all steps, see :mod:`.steps`)."""
-    from lightning_streamprof.analysis.steps import find_steps
-
-    kernels = table.select(Kind.KERNEL)
+    """Metrics of every device that ran a kernel, over ``span`` (default: all steps)."""
+    t = ctx.table
+    kernels = ctx.kernels
     if kernels.size == 0:
         return []
     if span is None:
-        steps = find_steps(table)
+        steps = ctx.steps
         span = (steps[0].start_ns, steps[-1].end_ns) if steps else (0, 0)
     lo, hi = int(span[0]), int(span[1])
     span_ns = hi - lo
-    valid = np.flatnonzero(table.kind != Kind.MEMORY)
-    trace_lo = int(table.ts[valid].min())
-    trace_hi = int((table.ts[valid] + table.dur[valid]).max())
-    props = device_properties(table)
+    line_span = profiler_span(ctx) if timeline else None
+    props = device_properties(t)
     out = []
-    for device in np.unique(table.device[kernels]).tolist():
-        rows = kernels[table.device[kernels] == device]
-        ks, ke = table.ts[rows], table.ts[rows] + table.dur[rows]
+    for device in np.unique(t.device[kernels]).tolist():
+        rows = kernels[t.device[kernels] == device]
+        ks, ke = t.ts[rows], ctx.ends(rows)
         busy = iv.merge(ks, ke)
         busy_in = int(iv.integrate(*busy, None, np.array([lo]), np.array([hi]))[0])
-        blocks = table.blocks_per_sm[rows]
+        blocks = t.blocks_per_sm[rows]
         has_blocks = ~np.isnan(blocks)
         sm = sm_efficiency_ranges(ks[has_blocks], ke[has_blocks], blocks[has_blocks])
+        inside = (sm[0] < hi) & (sm[1] > lo)
         sm_eff = None
-        if sm[0].size and span_ns > 0:
+        if inside.any() and span_ns > 0:
             sm_eff = float(iv.integrate(sm[0], sm[1], sm[2], np.array([lo]), np.array([hi]))[0]) / span_ns
-        occ = table.occupancy[rows].astype(np.float64)
+        occ = t.occupancy[rows].astype(np.float64)
         clipped = np.clip(np.minimum(ke, hi) - np.maximum(ks, lo), 0, None)
         has_occ = ~np.isnan(occ) & (occ >= 0) & (clipped > 0)
         weight = clipped[has_occ].sum()
         occupancy = float((occ[has_occ] * clipped[has_occ]).sum() / weight) if weight > 0 else None
         line = None
-        if timeline and trace_hi > trace_lo:
-            starts, size = _buckets(trace_lo, trace_hi, max_bins)
-            ends = np.append(starts[1:], trace_hi)
-            util = iv.integrate(*busy, None, starts, ends) / (ends - starts)
-            sm_line = iv.integrate(sm[0], sm[1], sm[2], starts, ends) / (ends - starts)
-            line = GpuTimeline(
-                tuple(int(s) for s in starts), trace_hi, int(size),
-                tuple(float(u) for u in util), tuple(float(s) for s in sm_line),
-            )
+        if line_span is not None and line_span[1] > line_span[0]:
+            line = _timeline(busy, sm, line_span, max_bins)
         p = props.get(int(device), {})
-        out.append(
-            GpuMetrics(
-                device=int(device),
-                utilization=_ratio(busy_in, span_ns),
-                sm_efficiency=sm_eff,
-                achieved_occupancy=occupancy,
-                kernel_ns=busy_in,
-                span_ns=span_ns,
-                name=p.get("name"),
-                num_sms=p.get("numSms"),
-                total_memory=p.get("totalGlobalMem"),
-                timeline=line,
-            )
-        )
+        out.append(GpuMetrics(
+            device=int(device), utilization=busy_in / span_ns if span_ns > 0 else 0.0, sm_efficiency=sm_eff,
+            achieved_occupancy=occupancy, kernel_ns=busy_in, span_ns=span_ns, name=p.get("name"),
+            num_sms=p.get("numSms"), total_memory=p.get("totalGlobalMem"), compute_major=p.get("computeMajor"),
+            timeline=line, rank=identity.rank if identity else None, window=identity.window if identity else None,
+        ))
     return out

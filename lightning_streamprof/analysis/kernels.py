@@ -9,12 +9,11 @@ autocast's lower-precision ops, plus the current autograd and attention names).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from lightning_streamprof.analysis._links import group, launching_ops
-from lightning_streamprof.trace.reader import EventTable, Kind
+from lightning_streamprof.analysis._links import group
+from lightning_streamprof.analysis.context import TraceContext
+from lightning_streamprof.results import KernelStats, TensorCoreUse, sort_kernels
 
 TC_KERNEL_PATTERNS: tuple[str, ...] = (
     "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "dgrad_1x1_stride_2x2",
@@ -52,37 +51,6 @@ def uses_tensor_cores(name: str) -> bool:
     return any(p in name for p in TC_KERNEL_PATTERNS)
 
 
-@dataclass(frozen=True)
-class KernelStats:
-    """One kernel name. Times in ns; blocks per SM and occupancy (0..1) are kernel-time weighted means."""
-
-    name: str
-    calls: int
-    total_ns: int
-    mean_ns: float
-    max_ns: int
-    min_ns: int
-    blocks_per_sm: float | None
-    occupancy: float | None
-    tensor_cores: bool
-
-
-@dataclass(frozen=True)
-class TensorCoreUse:
-    """Share of kernel time in Tensor Core kernels, and of TC-eligible operators' kernels run without them."""
-
-    kernel_ns: int
-    tc_kernel_ns: int
-    tc_share: float
-    eligible_kernel_ns: int
-    eligible_share: float
-    eligible_without_tc_ns: int
-
-    @property
-    def eligible_without_tc(self) -> bool:
-        return self.eligible_without_tc_ns > 0
-
-
 def _weighted(values: np.ndarray, weights: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
     """Per group: Σ value × weight / Σ weight, missing values counted as 0 (as torch-tb-profiler does)."""
     v = np.nan_to_num(values.astype(np.float64), nan=0.0)
@@ -92,9 +60,10 @@ def _weighted(values: np.ndarray, weights: np.ndarray, groups: np.ndarray, n: in
         return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
 
 
-def kernel_stats(table: EventTable) -> list[KernelStats]:
+def kernel_stats(ctx: TraceContext) -> list[KernelStats]:
     """Statistics per kernel name, largest total time first."""
-    rows = table.select(Kind.KERNEL)
+    table = ctx.table
+    rows = ctx.kernels
     if rows.size == 0:
         return []
     codes, groups = group(table.name[rows])
@@ -113,45 +82,40 @@ def kernel_stats(table: EventTable) -> list[KernelStats]:
     has_o = np.bincount(groups, weights=(~np.isnan(occ)).astype(float), minlength=n) > 0
     blocks = _weighted(bps, weights, groups, n)
     occupancy = _weighted(occ, weights, groups, n)
-    stats = []
-    for g in range(n):
-        name = table.names[codes[g]]
-        stats.append(
-            KernelStats(
-                name=name,
-                calls=int(calls[g]),
-                total_ns=int(total[g]),
-                mean_ns=float(total[g] / calls[g]),
-                max_ns=int(mx[g]),
-                min_ns=int(mn[g]),
-                blocks_per_sm=float(blocks[g]) if has_b[g] else None,
-                occupancy=float(occupancy[g]) if has_o[g] else None,
-                tensor_cores=uses_tensor_cores(name),
-            )
+    tc = ctx.flags(uses_tensor_cores)
+    return sort_kernels(
+        KernelStats(
+            name=table.names[codes[g]],
+            calls=int(calls[g]),
+            total_ns=int(total[g]),
+            mean_ns=float(total[g] / calls[g]),
+            max_ns=int(mx[g]),
+            min_ns=int(mn[g]),
+            blocks_per_sm=float(blocks[g]) if has_b[g] else None,
+            occupancy=float(occupancy[g]) if has_o[g] else None,
+            tensor_cores=bool(tc[codes[g]]),
         )
-    stats.sort(key=lambda s: (-s.total_ns, s.name))
-    return stats
+        for g in range(n)
+    )
 
 
-def tensor_core_use(table: EventTable) -> TensorCoreUse:
+def _is_eligible(name: str) -> bool:
+    return name in TC_ELIGIBLE_OPS
+
+
+def tensor_core_use(ctx: TraceContext) -> TensorCoreUse:
     """Tensor Core share of all kernel time, and the kernel time of TC-eligible operators (by External id)."""
-    rows = table.select(Kind.KERNEL)
-    dur = table.dur[rows].astype(np.int64)
-    tc_flags = np.fromiter((uses_tensor_cores(n) for n in table.names), bool, len(table.names))
-    op_flags = np.fromiter((n in TC_ELIGIBLE_OPS for n in table.names), bool, len(table.names))
-    tc = tc_flags[table.name[rows]] if rows.size else np.zeros(0, bool)
-    ops = launching_ops(table, rows)
+    rows = ctx.kernels
+    dur = ctx.table.dur[rows].astype(np.int64)
+    tc = ctx.mask(rows, uses_tensor_cores)
+    ops = ctx.kernel_owner
     linked = ops >= 0
     eligible = np.zeros(rows.size, bool)
-    eligible[linked] = op_flags[table.name[ops[linked]]]
-    kernel_ns = int(dur.sum())
-    linked_ns = int(dur[linked].sum())
-    eligible_ns = int(dur[eligible].sum())
-    return TensorCoreUse(
-        kernel_ns=kernel_ns,
+    eligible[linked] = ctx.mask(ops[linked], _is_eligible)
+    return TensorCoreUse.of(
+        kernel_ns=int(dur.sum()),
         tc_kernel_ns=int(dur[tc].sum()),
-        tc_share=float(dur[tc].sum() / kernel_ns) if kernel_ns else 0.0,
-        eligible_kernel_ns=eligible_ns,
-        eligible_share=float(eligible_ns / linked_ns) if linked_ns else 0.0,
+        linked_kernel_ns=int(dur[linked].sum()),
+        eligible_kernel_ns=int(dur[eligible].sum()),
         eligible_without_tc_ns=int(dur[eligible & ~tc].sum()),
     )

@@ -1,93 +1,46 @@
-"""Per-operator host and device time, optionally grouped by input shapes."""
+"""Per-operator host and device time, optionally grouped by input shapes (torch-tb-profiler's operator view)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from lightning_streamprof.analysis._links import DEVICE_KINDS, Nesting, group, launching_ops, thread_keys
-from lightning_streamprof.trace.reader import EventTable, Kind
+from lightning_streamprof.analysis._links import group
+from lightning_streamprof.analysis.context import TraceContext
+from lightning_streamprof.results import OperatorStats, sort_operators
 
 
-@dataclass(frozen=True)
-class OperatorStats:
-    """Totals for one operator name (and input shapes, when grouped by them). Times in nanoseconds.
+def operator_stats(ctx: TraceContext, by_shapes: bool = False) -> list[OperatorStats]:
+    """Every operator name (and input shapes with ``by_shapes``), most host + device self time first.
 
-    ``host_self_ns`` excludes child operators on the same thread; ``device_self_ns`` is the time of the
-    kernels, copies and memsets that the operator itself launched (linked by Kineto's ``External id``);
-    ``device_total_ns`` adds those launched by its child operators.
+    Steps, DataLoader and DataPipe ranges, optimizer ranges and data-parallel wrappers recorded as CPU
+    operators (older traces) are not operators, as in torch-tb-profiler; they still nest the operators inside.
     """
-
-    name: str
-    calls: int
-    host_total_ns: int
-    host_self_ns: int
-    device_self_ns: int
-    device_total_ns: int = 0
-    input_shapes: str | None = None
-
-
-def self_times(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
-    """Each interval's length minus its direct children's lengths (nesting per thread)."""
-    return Nesting(starts, ends, threads).self_lengths()
-
-
-def operator_nesting(table: EventTable) -> tuple[np.ndarray, Nesting]:
-    """CPU operator rows and their per-thread nesting."""
-    ops = table.select(Kind.CPU_OP)
-    starts = table.ts[ops]
-    return ops, Nesting(starts, starts + table.dur[ops], thread_keys(table, ops))
-
-
-def device_self_times(table: EventTable, ops: np.ndarray) -> np.ndarray:
-    """Per operator row in ``ops``: time of the device work it launched itself."""
-    out = np.zeros(ops.size, np.int64)
-    dev = table.select(*DEVICE_KINDS)
-    owner = launching_ops(table, dev)
-    hit = owner >= 0
-    if hit.any():
-        pos = np.searchsorted(ops, owner[hit])
-        np.add.at(out, pos, table.dur[dev[hit]])
-    return out
-
-
-def operator_stats(table: EventTable, by_shapes: bool = False) -> list[OperatorStats]:
-    """Statistics for every CPU operator name (and input shapes with ``by_shapes``), by host + device self time."""
-    ops, nest = operator_nesting(table)
+    t = ctx.table
+    listed = ctx.op_listed
+    ops = ctx.ops[listed]
     if ops.size == 0:
         return []
-    host_self = nest.self_lengths()
-    dev_self = device_self_times(table, ops)
-    dev_total = nest.subtree_sums(dev_self)
-    names = table.name[ops].astype(np.int64)
-    shapes = table.shapes[ops].astype(np.int64) if by_shapes else np.full(ops.size, -1, np.int64)
-    combined, groups = group(names * (len(table.names) + 1) + (shapes + 1))
-    keys = np.stack([combined // (len(table.names) + 1), combined % (len(table.names) + 1) - 1], axis=1)
+    host_self = ctx.op_host_self[listed]
+    dev_self = ctx.op_device_self
+    dev_total = ctx.op_nesting.subtree_sums(dev_self)[listed]
+    dev_self = dev_self[listed]
+    width = len(t.names) + 1
+    names = t.name[ops].astype(np.int64)
+    shapes = t.shapes[ops].astype(np.int64) if by_shapes else np.full(ops.size, -1, np.int64)
+    combined, groups = group(names * width + (shapes + 1))
+    keys = np.stack([combined // width, combined % width - 1], axis=1)
     n = keys.shape[0]
     calls = np.bincount(groups, minlength=n)
-    sums = [np.bincount(groups, weights=w, minlength=n) for w in (table.dur[ops], host_self, dev_self, dev_total)]
-    stats = [
+    sums = [np.bincount(groups, weights=w, minlength=n) for w in (t.dur[ops], host_self, dev_self, dev_total)]
+    return sort_operators(
         OperatorStats(
-            table.names[keys[g, 0]],
-            int(calls[g]),
-            *(int(round(s[g])) for s in sums[:3]),
+            name=t.names[keys[g, 0]],
+            calls=int(calls[g]),
+            host_total_ns=int(round(sums[0][g])),
+            host_self_ns=int(round(sums[1][g])),
+            device_self_ns=int(round(sums[2][g])),
             device_total_ns=int(round(sums[3][g])),
-            input_shapes=table.names[keys[g, 1]] if keys[g, 1] >= 0 else None,
+            input_shapes=t.names[keys[g, 1]] if keys[g, 1] >= 0 else None,
         )
         for g in range(n)
-    ]
-    stats.sort(key=lambda s: (-(s.host_self_ns + s.device_self_ns), s.name, s.input_shapes or ""))
-    return stats
-
-
-def top_operators(table: EventTable, limit: int = 10, by_shapes: bool = False) -> list[OperatorStats]:
-    """The ``limit`` operators with the most host + device self time."""
-    return operator_stats(table, by_shapes)[:limit]
-
-
-def source_lines(table: EventTable, limit: int = 20):
-    """Operator time by innermost user-code Python frame; see :func:`.source.source_lines`."""
-    from lightning_streamprof.analysis.source import source_lines as _source_lines
-
-    return _source_lines(table, limit)
+    )

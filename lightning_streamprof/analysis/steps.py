@@ -6,9 +6,10 @@ earlier than the previous step's end, as in torch-tb-profiler. The breakdown cla
 kernel > memcpy > memset > communication > runtime > dataloader > cpu_exec from what is still unclaimed;
 ``other`` is the rest, so the parts of a step sum to its duration.
 
-``cpu_exec`` is CPU operator (``cpu_op``) time, as in torch-tb-profiler, which reads no other
-``user_annotation`` ranges: time in Lightning's ``[pl][profile]`` hook ranges outside operators is ``other``.
-DataLoader time also counts Lightning's ``[pl][profile]..._dataloader_next`` range.
+``cpu_exec`` is the time in host ranges, as torch-tb-profiler counts it: CPU operators and ``record_function``
+ranges (``user_annotation``: Lightning's ``[pl][profile]`` actions, ``Optimizer.step``...), steps, data loading
+and collectives excepted; their GPU-side copies (``gpu_user_annotation``) are not host time. DataLoader time
+also counts Lightning's ``[pl][profile]..._dataloader_next`` range when the trace has no DataLoader range.
 """
 
 from __future__ import annotations
@@ -17,13 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lightning_streamprof import names
 from lightning_streamprof.analysis import intervals as iv
-from lightning_streamprof.analysis._links import DEVICE_KINDS, LAUNCH_KINDS, launches, launching_ops
-from lightning_streamprof.trace.reader import EventTable, Kind
-
-CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
-
-_COMM_OP_PREFIXES = ("nccl:", "gloo:")
+from lightning_streamprof.analysis.context import TraceContext
+from lightning_streamprof.results import CATEGORIES, Steps, StepTimes, TraceIdentity
+from lightning_streamprof.trace.table import Kind
 
 
 @dataclass(frozen=True)
@@ -42,91 +41,45 @@ class Step:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
-class StepTimes:
-    """A step and its time in each of :data:`CATEGORIES` (ns); ``parts`` sum to the step's duration."""
-
-    step: Step
-    parts: dict[str, int]
-
-
-@dataclass(frozen=True)
-class StepBreakdown:
-    """Per-step breakdown and the mean over steps (ns)."""
-
-    steps: tuple[StepTimes, ...]
-    mean_ns: dict[str, float]
-    mean_step_ns: float
-
-    @property
-    def count(self) -> int:
-        return len(self.steps)
-
-
-def is_dataloader(name: str) -> bool:
-    """PyTorch's DataLoader ranges, as torch-tb-profiler reads them: ``enumerate(DataLoader)#...__next__``."""
-    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
-        "enumerate(DataPipe)#"
-    )
-
-
-def is_lightning_fetch(name: str) -> bool:
-    """Lightning's batch fetch range, recorded by StreamProfiler: the DataLoader signal of last resort."""
-    return name.startswith("[pl][profile]") and name.endswith("_dataloader_next")
-
-
-def is_step(name: str) -> bool:
-    return name.startswith("ProfilerStep#")
-
-
-def name_mask(table: EventTable, rows: np.ndarray, predicate) -> np.ndarray:
-    """``predicate(name)`` evaluated once per distinct name, for each row."""
-    flags = np.fromiter((bool(predicate(n)) for n in table.names), bool, len(table.names))
-    return flags[table.name[rows]] if rows.size else np.zeros(0, bool)
-
-
-def communication_kernels(table: EventTable, kernels: np.ndarray) -> np.ndarray:
-    """Mask of collective kernels: names starting with ``nccl`` or launched by a ``nccl:``/``gloo:`` operator."""
-    mask = name_mask(table, kernels, lambda n: n.lower().startswith("nccl"))
-    ops = launching_ops(table, kernels)
+def communication_kernels(ctx: TraceContext) -> np.ndarray:
+    """Mask over kernels: names starting with ``nccl`` or launched by a ``nccl:``/``gloo:`` operator."""
+    mask = ctx.mask(ctx.kernels, lambda n: n.lower().startswith("nccl"))
+    ops = ctx.kernel_owner
     has = ops >= 0
-    mask[has] |= name_mask(table, ops[has], lambda n: n.startswith(_COMM_OP_PREFIXES))
+    mask[has] |= ctx.mask(ops[has], names.is_communication)
     return mask
 
 
-def _host_steps(table: EventTable) -> tuple[list[str], np.ndarray, np.ndarray]:
-    rows = table.select(Kind.USER_ANNOTATION, Kind.CPU_OP)
-    rows = rows[name_mask(table, rows, is_step)]
+def _host_steps(ctx: TraceContext) -> tuple[list[str], np.ndarray, np.ndarray]:
+    t = ctx.table
+    rows = ctx.step_marks
     if rows.size:
-        rows = rows[np.argsort(table.ts[rows], kind="stable")]
-        return [table.names[i] for i in table.name[rows]], table.ts[rows], table.ts[rows] + table.dur[rows]
-    host = table.select(Kind.CPU_OP)
+        rows = rows[np.argsort(t.ts[rows], kind="stable")]
+        return [t.names[i] for i in t.name[rows]], t.ts[rows], ctx.ends(rows)
+    host = ctx.ops
     if host.size == 0:
-        host = np.flatnonzero(table.kind != Kind.MEMORY) if len(table) else host
+        host = np.flatnonzero(t.kind != Kind.MEMORY) if len(t) else host
     if host.size == 0:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int64)
-    start = int(table.ts[host].min())
-    end = int((table.ts[host] + table.dur[host]).max())
-    return ["whole trace"], np.array([start]), np.array([end])
+    return ["whole trace"], np.array([int(t.ts[host].min())]), np.array([int(ctx.ends(host).max())])
 
 
-def find_steps(table: EventTable) -> tuple[Step, ...]:
+def find_steps(ctx: TraceContext) -> tuple[Step, ...]:
     """Steps in time order; a trace without ``ProfilerStep#N`` is one step over its host operators."""
-    names, host_start, host_end = _host_steps(table)
-    n = len(names)
+    t = ctx.table
+    step_names, host_start, host_end = _host_steps(ctx)
+    n = len(step_names)
     if n == 0:
         return ()
-    dev = table.select(*DEVICE_KINDS)
-    rt = launches(table, dev)
-    linked = rt >= 0
-    dev, rt = dev[linked], rt[linked]
-    rt_start, rt_end = table.ts[rt], table.ts[rt] + table.dur[rt]
+    linked = ctx.device_launch >= 0
+    dev, rt = ctx.device_rows[linked], ctx.device_launch[linked]
+    rt_start, rt_end = t.ts[rt], ctx.ends(rt)
     k = np.searchsorted(host_start, rt_start, side="right") - 1
     inside = k >= 0
     inside[inside] = rt_end[inside] <= host_end[k[inside]]
     k_in = k[inside]
-    dev_start = table.ts[dev]
-    dev_end = dev_start + table.dur[dev]
+    dev_start = t.ts[dev]
+    dev_end = dev_start + t.dur[dev]
     counts = np.bincount(k_in, minlength=n)
     first = np.full(n, np.iinfo(np.int64).max)
     last = np.full(n, np.iinfo(np.int64).min)
@@ -136,12 +89,11 @@ def find_steps(table: EventTable) -> tuple[Step, ...]:
     starts, ends = host_start.astype(np.int64).copy(), host_end.astype(np.int64).copy()
     if counts.sum() > 0:
         prev = int(host_start[0])
-        if counts[0] > 0:
-            all_dev = table.select(*DEVICE_KINDS)
-            matched = np.zeros(len(table), bool)
+        if counts[0] > 0:  # device work of earlier steps still running delays the first step's device start
+            matched = np.zeros(len(t), bool)
             matched[dev[inside]] = True
-            other = all_dev[~matched[all_dev]]
-            other_end = table.ts[other] + table.dur[other]
+            other = ctx.device_rows[~matched[ctx.device_rows]]
+            other_end = ctx.ends(other)
             before = other_end[other_end < first[0]]
             if before.size:
                 prev = max(prev, int(before.max()))
@@ -151,51 +103,56 @@ def find_steps(table: EventTable) -> tuple[Step, ...]:
             starts[i], ends[i] = start, max(end, start)
             prev = int(ends[i])
     return tuple(
-        Step(names[i], int(host_start[i]), int(host_end[i]), int(starts[i]), int(ends[i]), int(counts[i]))
+        Step(step_names[i], int(host_start[i]), int(host_end[i]), int(starts[i]), int(ends[i]), int(counts[i]))
         for i in range(n)
     )
 
 
-def category_ranges(table: EventTable) -> dict[str, iv.Intervals]:
+def category_ranges(ctx: TraceContext) -> dict[str, iv.Intervals]:
     """Merged time ranges of each category before claiming (``other`` excluded)."""
+    t = ctx.table
 
     def ranges(rows: np.ndarray) -> iv.Intervals:
-        return iv.merge(table.ts[rows], table.ts[rows] + table.dur[rows])
+        return iv.merge(t.ts[rows], t.ts[rows] + t.dur[rows])
 
-    kernels = table.select(Kind.KERNEL)
-    comm = communication_kernels(table, kernels)
-    host = table.select(Kind.CPU_OP, Kind.USER_ANNOTATION)
-    loader = name_mask(table, host, is_dataloader)
+    kernels = ctx.kernels
+    comm = communication_kernels(ctx)
+    host = ctx.host_ranges
+    loader = ctx.mask(host, names.is_dataloader)
     if not loader.any():  # an iterable that is not a torch DataLoader: fall back to Lightning's fetch range
-        loader = name_mask(table, host, is_lightning_fetch)
-    host_comm = name_mask(table, host, lambda n: n.startswith(_COMM_OP_PREFIXES))
-    steps = name_mask(table, host, is_step)
-    operators = table.kind[host] == Kind.CPU_OP
+        loader = ctx.mask(host, names.is_lightning_fetch)
+    host_comm = ctx.mask(host, names.is_communication)
+    steps = ctx.mask(host, names.is_step)
     return {
         "kernel": ranges(kernels[~comm]),
-        "memcpy": ranges(table.select(Kind.MEMCPY)),
-        "memset": ranges(table.select(Kind.MEMSET)),
+        "memcpy": ranges(t.select(Kind.MEMCPY)),
+        "memset": ranges(t.select(Kind.MEMSET)),
         "communication": ranges(np.concatenate([kernels[comm], host[host_comm]])),
-        "runtime": ranges(table.select(*LAUNCH_KINDS)),
+        "runtime": ranges(ctx.runtime),
         "dataloader": ranges(host[loader]),
-        "cpu_exec": ranges(host[operators & ~(loader | host_comm | steps)]),
+        "cpu_exec": ranges(host[~(loader | host_comm | steps)]),
     }
 
 
-def step_breakdown(table: EventTable, steps: tuple[Step, ...] | None = None) -> StepBreakdown:
+def step_breakdown(ctx: TraceContext, identity: TraceIdentity | None = None) -> Steps:
     """Time of each category in each step, claimed in priority order; the parts sum to the step time."""
-    steps = find_steps(table) if steps is None else steps
+    steps = ctx.steps
     if not steps:
-        return StepBreakdown((), {c: 0.0 for c in CATEGORIES}, 0.0)
-    lo = np.array([s.start_ns for s in steps], np.int64)
-    hi = np.array([s.end_ns for s in steps], np.int64)
+        return Steps.of([])
+    lo, hi = ctx.step_spans
     slots = iv.merge(lo, hi)
     per_cat: dict[str, np.ndarray] = {}
-    for cat, ranges in category_ranges(table).items():
+    for cat, ranges in category_ranges(ctx).items():
         claimed = iv.intersect(slots, ranges)
         per_cat[cat] = iv.integrate(*claimed, None, lo, hi)
         slots = iv.subtract(slots, claimed)
     per_cat["other"] = iv.integrate(*slots, None, lo, hi)
-    rows = tuple(StepTimes(s, {c: int(per_cat[c][i]) for c in CATEGORIES}) for i, s in enumerate(steps))
-    mean = {c: float(per_cat[c].mean()) for c in CATEGORIES}
-    return StepBreakdown(rows, mean, float((hi - lo).mean()))
+    rank = identity.rank if identity else None
+    window = identity.window if identity else None
+    return Steps.of([
+        StepTimes(step=names.step_number(s.name), name=s.name, start_ns=s.start_ns, end_ns=s.end_ns,
+                  host_start_ns=s.host_start_ns, host_end_ns=s.host_end_ns, device_events=s.device_events,
+                  duration_ns=s.duration_ns, breakdown_ns={c: int(per_cat[c][i]) for c in CATEGORIES},
+                  rank=rank, window=window)
+        for i, s in enumerate(steps)
+    ])

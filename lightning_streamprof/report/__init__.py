@@ -1,1 +1,1 @@
-"""Renderers: they only read analysis results."""
+"""Renderers: they only read results (:mod:`lightning_streamprof.results`), never traces."""

@@ -1,59 +1,44 @@
-"""Terminal report of an analysis result (the JSON contract), plain text."""
+"""Terminal report of a result (``streamprof analyze``), plain text."""
 
 from __future__ import annotations
 
-import io
-from typing import Any
+from lightning_streamprof.report.tables import OPERATOR_COLUMNS, console, headline_lines, ms, pct, table
+from lightning_streamprof.results import Result
 
-from rich.console import Console
-from rich.table import Table
-
-from lightning_streamprof.report.summary import headline_lines
-
-
-def _cell(value: Any, width: int = 64) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if value is None:
-        return ""
-    text = str(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _table(title: str, rows: list[dict[str, Any]], top: int) -> Table | None:
-    rows = [r for r in rows if isinstance(r, dict)][:top]
-    if not rows:
-        return None
-    columns = [k for k, v in rows[0].items() if not isinstance(v, (dict, list))]
-    table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col, justify="left" if isinstance(rows[0][col], str) else "right", overflow="fold")
-    for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in columns))
-    return table
+_KERNELS = (
+    ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total ms", lambda k: ms(k.total_ns)),
+    ("mean µs", lambda k: f"{k.mean_ns / 1e3:.1f}"), ("blocks/SM", lambda k: k.blocks_per_sm),
+    ("occupancy", lambda k: pct(k.occupancy)), ("Tensor Cores", lambda k: "yes" if k.tensor_cores else ""),
+)
+_OPERATORS = (*OPERATOR_COLUMNS, ("device total ms", lambda o: ms(o.device_total_ns)))
+_SOURCE = (
+    ("line", lambda s: s.location), ("function", lambda s: s.function),
+    ("host self ms", lambda s: ms(s.host_self_ns)), ("device self ms", lambda s: ms(s.device_self_ns)),
+    ("share", lambda s: pct(s.share)),
+)
+_MEMORY = (
+    ("operator", lambda m: m.name), ("device", lambda m: m.device), ("calls", lambda m: m.calls),
+    ("allocated MiB", lambda m: f"{m.allocation_bytes / 2**20:.2f}"),
+    ("increase MiB", lambda m: f"{m.increase_bytes / 2**20:.2f}"),
+    ("self increase MiB", lambda m: f"{m.self_increase_bytes / 2**20:.2f}"),
+)
 
 
-def render_analysis(result: dict[str, Any], top: int = 10) -> str:
+def render_analysis(result: Result, top: int = 10) -> str:
     """Headline metrics, step breakdown, recommendations, then the top rows of each table."""
-    buf = io.StringIO()
-    console = Console(file=buf, width=140, color_system=None, force_terminal=False)
-    traces = result.get("traces")
-    if isinstance(traces, list):
-        console.print(f"{len(traces)} traces")
-    elif isinstance(result.get("trace"), dict):
-        console.print(result["trace"].get("path", ""))
+    out, buf = console(140)
+    traces = result.traces
+    head = f"run {result.run}: " if result.run else ""
+    out.print(head + (f"{len(traces)} traces" if len(traces) != 1 else traces[0].path), markup=False, highlight=False)
     for line in headline_lines(result):
-        console.print(line, markup=False, highlight=False)
-    memory = result.get("memory") or {}
-    for device in memory.get("devices", []) if isinstance(memory, dict) else []:
-        if isinstance(device, dict) and "peak_allocated_bytes" in device:
-            console.print(f"  memory {device.get('device')}: peak allocated {device['peak_allocated_bytes'] / 2**20:.1f} MiB")
-    for key, title in (("kernels", "Kernels"), ("operators", "Operators"), ("source_lines", "Hot source lines")):
-        table = _table(title, result.get(key) or [], top)
-        if table is not None:
-            console.print(table)
-    if isinstance(memory, dict):
-        table = _table("Memory by operator", memory.get("operators") or [], top)
-        if table is not None:
-            console.print(table)
+        out.print(line, markup=False, highlight=False)
+    for device in result.memory.devices:
+        out.print(f"  memory {device.device}: peak allocated {device.peak_allocated_bytes / 2**20:.1f} MiB",
+                  markup=False, highlight=False)
+    for title, columns, rows in (("Kernels", _KERNELS, result.kernels), ("Operators", _OPERATORS, result.operators),
+                                 ("Hot source lines", _SOURCE, result.source_lines),
+                                 ("Memory by operator", _MEMORY, result.memory.operators)):
+        rendered = table(title, columns, rows, top)
+        if rendered is not None:
+            out.print(rendered)
     return buf.getvalue().rstrip()

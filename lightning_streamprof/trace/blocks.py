@@ -1,16 +1,10 @@
-"""The decompressed bytes of a trace as a stream of blocks, gzip decoded by the fastest zlib at hand."""
+"""The decompressed bytes of a trace as a stream of blocks, gzip decoded by isal (ISA-L)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-try:
-    from isal.isal_zlib import decompressobj as _decompressobj
-except ImportError:  # pragma: no cover - depends on the installed extras
-    try:
-        from zlib_ng.zlib_ng import decompressobj as _decompressobj
-    except ImportError:
-        from zlib import decompressobj as _decompressobj
+from isal.isal_zlib import decompressobj as _decompressobj
 
 #: compressed bytes fed to the decompressor at a time (bounds each decompressed block)
 GZIP_FEED = 1 << 20

@@ -9,6 +9,7 @@ import msgspec
 import numpy as np
 import orjson
 
+from lightning_streamprof.names import MEMORY_EVENT
 from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind
 
 #: stands for an absent ``device``/``stream`` argument (Kineto then means the event's pid/tid)
@@ -16,12 +17,15 @@ _ABSENT = -(2**63)
 _NAN = float("nan")
 _DROPPED_PH = frozenset({"M", "s", "f"})
 _GPU_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_USER_ANNOTATION)
+#: kinds that carry an External id (``external id`` in older traces)
+_LINKED_KINDS = (*_GPU_KINDS, Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.RUNTIME, Kind.DRIVER)
 
 
 class Args(msgspec.Struct, frozen=True, gc=False):
     """The ``args`` of an event: only the keys the table keeps."""
 
     external_id: int | None = msgspec.field(default=-1, name="External id")
+    external_id_lower: int | None = msgspec.field(default=-1, name="external id")  # older traces
     correlation: int | None = -1
     device: int | None = _ABSENT
     stream: int | None = _ABSENT
@@ -118,6 +122,9 @@ class ColumnBuilder:
         if flows.any():
             events = [ev for ev, flow in zip(events, flows.tolist()) if not flow]
             kind = kind[~flows]
+        for i in np.flatnonzero(kind == Kind.OTHER).tolist():  # older traces: [memory] events without a cat
+            if not events[i].cat and events[i].name == MEMORY_EVENT:
+                kind[i] = Kind.MEMORY
         n = len(events)
         cols = {name: np.full(n, fill, dtype) for name, dtype, fill in COLUMNS}
         cols["kind"] = kind
@@ -127,7 +134,11 @@ class ColumnBuilder:
         pid = cols["pid"] = np.fromiter(map(int_of, [ev.pid for ev in events]), dtype=np.int64, count=n)
         tid = cols["tid"] = np.fromiter(map(int_of, [ev.tid for ev in events]), dtype=np.int64, count=n)
         args = [ev.args for ev in events]
-        cols["external_id"] = _field(args, "external_id", np.int64)
+        external = cols["external_id"] = _field(args, "external_id", np.int64)
+        missing = np.flatnonzero((external < 0) & np.isin(kind, _LINKED_KINDS))
+        if missing.size:
+            lower = _field([args[i] for i in missing.tolist()], "external_id_lower", np.int64)
+            external[missing] = lower
         cols["correlation"] = _field(args, "correlation", np.int64)
 
         rows = np.flatnonzero(kind == Kind.MEMORY)

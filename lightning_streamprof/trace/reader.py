@@ -16,14 +16,10 @@ import fsspec
 import numpy as np
 import orjson
 
-from lightning_streamprof.storage import read_bytes
+from lightning_streamprof.names import MEMORY_EVENT
 from lightning_streamprof.trace import blocks
+from lightning_streamprof.trace.chunked import read_chunked
 from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind, TraceFormatError
-
-try:
-    from lightning_streamprof.trace.chunked import read_chunked
-except ImportError:  # pragma: no cover - msgspec missing: every trace takes the whole-document reader
-    read_chunked = None
 
 __all__ = ["COLUMNS", "EventTable", "Kind", "TraceFormatError", "parse_document", "parse_trace", "read_trace"]
 
@@ -83,8 +79,10 @@ def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
         k = _CATEGORIES.get(cat.lower(), Kind.OTHER) if isinstance(cat, str) else Kind.OTHER
         if k == Kind.FLOW:
             continue
-        kind[row] = k
         label = ev.get("name", "")
+        if k == Kind.OTHER and not cat and label == MEMORY_EVENT:  # older traces: [memory] events without a cat
+            k = Kind.MEMORY
+        kind[row] = k
         name[row] = strings.setdefault(label if isinstance(label, str) else str(label), len(strings))
         try:
             ts[row] = round(float(ev.get("ts", 0)) * 1000)
@@ -95,7 +93,7 @@ def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
         cols["tid"][row] = _as_int(ev.get("tid"))
         args = ev.get("args")
         if isinstance(args, dict):
-            cols["external_id"][row] = _as_int(args.get("External id"))
+            cols["external_id"][row] = _as_int(args.get("External id", args.get("external id")))
             cols["correlation"][row] = _as_int(args.get("correlation"))
             if k == Kind.MEMORY:
                 dtype = _as_int(args.get("Device Type"))
@@ -129,14 +127,9 @@ def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
     )
 
 
-def parse_chunked(pieces: Iterable[bytes], source: str) -> EventTable | None:
-    """Read a Kineto-layout document given as raw (plain or gzipped) pieces; None where it cannot."""
-    return None if read_chunked is None else read_chunked(pieces, source)
-
-
 def parse_trace(raw: bytes, source: str = "<bytes>") -> EventTable:
     """Parse the bytes of a Kineto trace (plain or gzipped JSON)."""
-    table = parse_chunked(blocks.memory_pieces(raw, blocks.READ_SIZE), source) if raw else None
+    table = read_chunked(blocks.memory_pieces(raw, blocks.READ_SIZE), source) if raw else None
     return table if table is not None else parse_document(raw, source)
 
 
@@ -148,10 +141,11 @@ def read_trace(path: str) -> EventTable:
             first = f.read(blocks.READ_SIZE)
             if not first:
                 raise TraceFormatError(source, "empty file")
-            table = parse_chunked(blocks.file_pieces(f.read, first, blocks.READ_SIZE), source)
+            table = read_chunked(blocks.file_pieces(f.read, first, blocks.READ_SIZE), source)
         if table is not None:
             return table
-        raw = read_bytes(path)
+        with fsspec.open(source, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         raise TraceFormatError(source, "no such file") from None
     except OSError as err:

@@ -33,6 +33,7 @@ class Kind(enum.IntEnum):
     MEMSET = 9
     MEMORY = 10
     FLOW = 11
+    TRACE = 12
 
 
 CATEGORIES: dict[str, "Kind"] = {
@@ -52,6 +53,7 @@ CATEGORIES: dict[str, "Kind"] = {
     "cpu_instant_event": Kind.MEMORY,
     "ac2g": Kind.FLOW,
     "fwdbwd": Kind.FLOW,
+    "trace": Kind.TRACE,
 }
 
 

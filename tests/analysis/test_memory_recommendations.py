@@ -7,12 +7,13 @@ from tracebuilder import TraceBuilder
 
 from lightning_streamprof.analysis import analyze_table
 from lightning_streamprof.analysis.memory import downsample, memory_stats
+from lightning_streamprof.results import to_builtins, to_json
 
 
 def test_memory_by_operator_by_hand():
     """GPU0: mm gets +1000 and +500; linear (outside mm) -1000, so its total is +500 with 1500 B in 2 allocations;
     add +4000; the -10 free outside any operator belongs to no operator. CPU: add +64."""
-    mem = memory_stats(build().table())
+    mem = memory_stats(build().context())
     ops = {(m.device, m.name): m for m in mem.operators}
     mm = ops[("GPU0", "aten::mm")]
     assert (mm.self_increase_bytes, mm.self_allocation_bytes, mm.self_allocations) == (1500, 1500, 2)
@@ -28,7 +29,7 @@ def test_memory_by_operator_by_hand():
 
 
 def test_memory_peaks_and_curve():
-    mem = memory_stats(build().table())
+    mem = memory_stats(build().context())
     gpu = next(d for d in mem.devices if d.device == "GPU0")
     assert (gpu.peak_allocated_bytes, gpu.peak_reserved_bytes, gpu.device_id) == (4500, 6000, 0)
     assert [p[1] for p in gpu.curve] == [1000, 1500, 500, 4490, 4500]  # time order: the free at 101 precedes 111
@@ -51,8 +52,8 @@ def test_downsample_keeps_peak_and_ends():
 
 
 def test_no_memory_events():
-    mem = memory_stats(TraceBuilder().table())
-    assert mem.devices == () and mem.operators == ()
+    mem = memory_stats(TraceBuilder().context())
+    assert mem.devices == [] and mem.operators == []
 
 
 def _ids(analysis):
@@ -113,9 +114,8 @@ def test_tensor_core_rule_of_tb_profiler():
     assert rec["tensor_cores"].evidence["tc_share"] == 0.0
 
 
-def test_to_json_contract():
-    out = analyze_table(build().table()).to_json()
-    json.dumps(out, allow_nan=False)
+def test_json_is_the_schema_encoded():
+    out = json.loads(to_json(analyze_table(build().table())))
     keys = {"device", "utilization", "sm_efficiency", "achieved_occupancy"}
     assert len(out["gpu"]) == 2 and all(set(g) >= keys for g in out["gpu"])
     steps = out["steps"]
@@ -123,29 +123,11 @@ def test_to_json_contract():
     assert set(steps["breakdown_ms"]) == {"kernel", "memcpy", "memset", "communication", "runtime", "dataloader",
                                           "cpu_exec", "other"}
     assert sum(steps["breakdown_ms"].values()) == pytest.approx(steps["mean_ms"])
-    assert {"kernels", "operators", "memory", "recommendations", "source_lines"} <= set(out)
+    assert [s["step"] for s in steps["per_step"]] == [1, 2, 3]
+    assert {"kernels", "operators", "memory", "recommendations", "source_lines", "tensor_cores", "traces"} <= set(out)
     assert all(set(r) == {"id", "message", "evidence"} for r in out["recommendations"])
     assert out["gpu"][0]["utilization"] == pytest.approx(0.64)
-
-
-def test_merge_results_of_two_traces():
-    from lightning_streamprof.analysis import merge_results
-
-    one = analyze_table(build().table()).to_json()
-    one["trace"] = {"path": "a", "rank": 0}
-    two = analyze_table(build().table()).to_json()
-    two["trace"] = {"path": "b", "rank": 1}
-    merged = merge_results([one, two])
-    json.dumps(merged, allow_nan=False)
-    assert merged["steps"]["count"] == 6
-    assert merged["steps"]["mean_ms"] == pytest.approx(one["steps"]["mean_ms"])
-    assert [g["rank"] for g in merged["gpu"]] == [0, 0, 1, 1]
-    gemm = merged["kernels"][0]
-    assert gemm["calls"] == 4 and gemm["total_ns"] == 240 * US
-    assert gemm["occupancy"] == pytest.approx(one["kernels"][0]["occupancy"])
-    mm = next(o for o in merged["operators"] if o["name"] == "aten::mm")
-    assert mm["calls"] == 2 and mm["device_self_ns"] == 220 * US
-    assert len(merged["recommendations"]) == 2 * len(one["recommendations"])
+    assert out == json.loads(json.dumps(to_builtins(analyze_table(build().table()))))
 
 
 def _launch_bound(sync_ts, sync_dur):

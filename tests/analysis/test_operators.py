@@ -1,8 +1,10 @@
 from tracebuilder import TraceBuilder
 
+import json
+
+from lightning_streamprof.analysis.context import TraceContext
 from lightning_streamprof.analysis.operators import operator_stats
 from lightning_streamprof.trace import parse_trace
-import json
 
 
 def test_host_self_and_device_time_by_hand():
@@ -17,7 +19,7 @@ def test_host_self_and_device_time_by_hand():
     b.kernel("gemm", 30, 12, external_id=mm1)
     b.kernel("gemm", 95, 8, external_id=mm2)
     b.kernel("memcpy", 40, 3, external_id=mm1, cat="gpu_memcpy")
-    stats = {s.name: s for s in operator_stats(parse_trace(json.dumps(b.to_dict()).encode()))}
+    stats = {s.name: s for s in operator_stats(TraceContext(parse_trace(json.dumps(b.to_dict()).encode())))}
     us = 1000
     assert stats["aten::linear"].host_self_ns == (100 - 50 - 20) * us
     assert stats["aten::addmm"].host_self_ns == (50 - 30) * us

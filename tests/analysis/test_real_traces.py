@@ -5,6 +5,7 @@ import os
 import pytest
 
 from lightning_streamprof.analysis import analyze_table
+from lightning_streamprof.results import to_json
 from lightning_streamprof.trace import read_trace
 
 TRACES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "traces")
@@ -19,16 +20,15 @@ def _analysis(name):
 )
 def test_sanity(path):
     analysis = analyze_table(read_trace(path))
-    out = analysis.to_json()
-    text = json.dumps(out, allow_nan=False)
+    out = json.loads(to_json(analysis))
     steps = 3 if "augment" in os.path.basename(path) else 2
-    assert json.loads(text)["steps"]["count"] == steps  # the GPU copies of ProfilerStep#N are not steps
+    assert out["steps"]["count"] == steps  # the GPU copies of ProfilerStep#N are not steps
     for g in out["gpu"]:
         for key in ("utilization", "sm_efficiency", "achieved_occupancy"):
             assert 0.0 <= g[key] <= 1.0
-    for row in analysis.steps.steps:
-        assert abs(sum(row.parts.values()) - row.step.duration_ns) <= 1
-        assert row.step.device_events > 0
+    for row in analysis.steps.per_step:
+        assert abs(sum(row.breakdown_ns.values()) - row.duration_ns) <= 1
+        assert row.device_events > 0
     assert out["steps"]["breakdown_ms"]["kernel"] > 0 and out["steps"]["breakdown_ms"]["dataloader"] > 0
     assert analysis.kernels and analysis.operators
     assert all(op.device_total_ns >= op.device_self_ns for op in analysis.operators)
@@ -55,7 +55,7 @@ def test_memory_and_source_lines_with_stack():
 
 def test_without_memory_or_stack():
     analysis = _analysis("frozen_backbone")
-    assert analysis.memory.devices == () and analysis.source_lines == ()
+    assert analysis.memory.devices == [] and analysis.source_lines == []
 
 
 @pytest.mark.parametrize("name", ["frozen_backbone", "frozen_backbone_bf16"])
@@ -72,10 +72,10 @@ def test_real_h200_progress_bar_syncs(monkeypatch):
     ``.item()`` per step at its end (cudaStreamSynchronize 241.377 + 5.752, 205.177 + 6.508, 251.5 + 5.745 µs
     in the three steps; the cudaDeviceSynchronize after the last step is outside them): 0.239 ms of a
     12.77 ms step, 1.9% < 5%, so no recommendation; with the threshold at 1% the wait is reported."""
-    from lightning_streamprof.analysis import recommendations
+    from lightning_streamprof.analysis import rules
 
     assert "host_sync" not in {r.id for r in _analysis("augment_progress_bar").recommendations}
-    monkeypatch.setattr(recommendations, "SYNC_SHARE", 0.01)
+    monkeypatch.setattr(rules, "SYNC_SHARE", 0.01)
     rec = {r.id: r for r in _analysis("augment_progress_bar").recommendations}
     ev = rec["host_sync"].evidence
     wait_us = (241.377 + 5.752 + 205.177 + 6.508 + 251.5 + 5.745) / 3

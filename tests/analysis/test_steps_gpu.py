@@ -5,7 +5,8 @@ from tracebuilder import TraceBuilder
 
 from lightning_streamprof.analysis import intervals as iv
 from lightning_streamprof.analysis.gpu import gpu_metrics
-from lightning_streamprof.analysis.steps import CATEGORIES, find_steps, step_breakdown
+from lightning_streamprof.analysis.steps import find_steps, step_breakdown
+from lightning_streamprof.results import CATEGORIES
 
 
 def _iv(*pairs):
@@ -33,7 +34,7 @@ def test_intervals():
 def test_steps_use_device_span_and_ignore_gpu_copies():
     """Step 1 ends when the NCCL kernel it launched ends (105); step 2 when k3 ends (230, past its host end 200);
     step 3 (no device work) starts at 230, when step 2 ends, and ends at its host end 250."""
-    steps = find_steps(build().table())
+    steps = find_steps(build().context())
     assert [s.name for s in steps] == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
     assert [(s.start_ns, s.end_ns) for s in steps] == [(0, 105 * US), (105 * US, 230 * US), (230 * US, 250 * US)]
     assert [s.device_events for s in steps] == [4, 3, 0]
@@ -51,19 +52,20 @@ def test_breakdown_priority_claiming_by_hand():
       [105,110) + [135,140) + [145,150) = 15.
     step 3 [230,250): dataloader [232,238) = 6; cpu_exec relu [240,248) = 8; other 6.
     """
-    bd = step_breakdown(build().table())
+    bd = step_breakdown(build().context())
     expect = [
         dict(kernel=70, memcpy=0, memset=0, communication=10, runtime=4, dataloader=8, cpu_exec=7, other=6),
         dict(kernel=80, memcpy=10, memset=5, communication=0, runtime=8, dataloader=0, cpu_exec=7, other=15),
         dict(kernel=0, memcpy=0, memset=0, communication=0, runtime=0, dataloader=6, cpu_exec=8, other=6),
     ]
     assert bd.count == 3
-    for row, want in zip(bd.steps, expect):
-        assert row.parts == {k: v * US for k, v in want.items()}
-        assert sum(row.parts.values()) == row.step.duration_ns
-    assert bd.mean_step_ns == pytest.approx((105 + 125 + 20) / 3 * US)
+    for row, want in zip(bd.per_step, expect):
+        assert row.breakdown_ns == {k: v * US for k, v in want.items()}
+        assert sum(row.breakdown_ns.values()) == row.duration_ns
+    assert [row.step for row in bd.per_step] == [1, 2, 3]
+    assert bd.mean_ms == pytest.approx((105 + 125 + 20) / 3 / 1000)
     for c in CATEGORIES:
-        assert bd.mean_ns[c] == pytest.approx(sum(e[c] for e in expect) / 3 * US)
+        assert bd.breakdown_ms[c] == pytest.approx(sum(e[c] for e in expect) / 3 / 1000)
 
 
 def test_no_steps_is_one_step_over_host_operators():
@@ -71,17 +73,18 @@ def test_no_steps_is_one_step_over_host_operators():
     b.op("aten::a", 5, 45)
     b.op("aten::b", 60, 10)
     b.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 50, 4)
-    bd = step_breakdown(b.table())
-    assert bd.count == 1 and bd.steps[0].step.name == "whole trace"
-    assert (bd.steps[0].step.start_ns, bd.steps[0].step.end_ns) == (5 * US, 70 * US)
-    assert bd.steps[0].parts["cpu_exec"] == 55 * US
-    assert bd.steps[0].parts["dataloader"] == 4 * US
-    assert bd.steps[0].parts["other"] == 6 * US
+    bd = step_breakdown(b.context())
+    (step,) = bd.per_step
+    assert bd.count == 1 and step.name == "whole trace" and step.step is None
+    assert (step.start_ns, step.end_ns) == (5 * US, 70 * US)
+    assert step.breakdown_ns["cpu_exec"] == 55 * US
+    assert step.breakdown_ns["dataloader"] == 4 * US
+    assert step.breakdown_ns["other"] == 6 * US
 
 
 def test_empty_trace():
-    assert step_breakdown(TraceBuilder().table()).count == 0
-    assert gpu_metrics(TraceBuilder().table()) == []
+    assert step_breakdown(TraceBuilder().context()).count == 0
+    assert gpu_metrics(TraceBuilder().context()) == []
 
 
 def test_gpu_metrics_by_hand():
@@ -91,7 +94,7 @@ def test_gpu_metrics_by_hand():
     utilization = (70 + 10 + 80) / 250; SM efficiency = (20·.5 + 20·1 + 30·1 + 10·.1 + 80·1) / 250 = 141/250;
     occupancy = (40·.25 + 50·.5 + 80·.75) / 170. Device 1: k4 [50,70) 0.2 occ .1.
     """
-    gpus = {g.device: g for g in gpu_metrics(build().table())}
+    gpus = {g.device: g for g in gpu_metrics(build().context())}
     assert set(gpus) == {0, 1}
     g0, g1 = gpus[0], gpus[1]
     assert g0.span_ns == 250 * US and g0.kernel_ns == 160 * US
@@ -106,7 +109,7 @@ def test_gpu_metrics_by_hand():
 
 def test_gpu_timeline_buckets():
     """Trace spans [0,250) µs: buckets of 10 µs (25 of them); bucket [20,30) is fully busy, [90,100) half."""
-    g0 = {g.device: g for g in gpu_metrics(build().table())}[0]
+    g0 = {g.device: g for g in gpu_metrics(build().context())}[0]
     line = g0.timeline
     assert line.bucket_ns == 10 * US and len(line.starts_ns) == 25 and line.end_ns == 250 * US
     assert line.utilization[0] == 0 and line.utilization[2] == 1.0 and line.utilization[9] == pytest.approx(0.5)
@@ -121,21 +124,25 @@ def test_sm_efficiency_ignores_kernels_without_blocks_and_clips_to_span():
     op = b.op("aten::mm", 0, 5)
     b.launch("k", 1, 90, 20, op, blocks=0.5, occupancy=0.4)   # half of it after the step's host end
     b.launch("k2", 2, 10, 10, op)                              # no blocks / occupancy recorded
-    g = gpu_metrics(b.table(), span=(0, 100 * US))[0]
+    g = gpu_metrics(b.context(), span=(0, 100 * US))[0]
     assert g.utilization == pytest.approx(20 / 100)
     assert g.sm_efficiency == pytest.approx(0.5 * 10 / 100)
     assert g.achieved_occupancy == pytest.approx(0.4)
 
 
-def test_cpu_exec_is_operator_time_only():
-    """Lightning's hook ranges (user annotations) are not CPU Exec: step [0,100) with run_training_batch [0,90)
-    holding one operator [10,20): cpu_exec 10, other 90."""
+def test_cpu_exec_counts_host_ranges_as_tb_profiler_does():
+    """Lightning's action ranges (``user_annotation``) are CPU Exec, as torch-tb-profiler counts them; their
+    GPU-side copies are not. Step [0,100) holds run_training_batch [0,90) with one operator [10,20), and
+    Optimizer.step [92,95) with its GPU copy [94,99): cpu_exec [0,90) + [92,95) = 93, other 7."""
     b = TraceBuilder()
     b.step(1, 0, 100)
     b.annotation("[pl][profile]run_training_batch", 0, 90)
     b.op("aten::add", 10, 10)
-    parts = step_breakdown(b.table()).steps[0].parts
-    assert parts["cpu_exec"] == 10 * US and parts["other"] == 90 * US
+    ext = b.annotation("Optimizer.step#SGD.step", 92, 3)
+    b.events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "Optimizer.step#SGD.step", "pid": 0, "tid": 7,
+                     "ts": 94, "dur": 5, "args": {"External id": ext}})
+    parts = step_breakdown(b.context()).per_step[0].breakdown_ns
+    assert parts["cpu_exec"] == 93 * US and parts["other"] == 7 * US
 
 
 def test_driver_launches_link_device_work():
@@ -145,7 +152,7 @@ def test_driver_launches_link_device_work():
     b.step(2, 50, 50)
     op = b.op("aten::mm", 10, 10)
     b.launch("k", 12, 40, 30, op, rt_cat="cuda_driver", rt_name="cuLaunchKernel")
-    steps = find_steps(b.table())
+    steps = find_steps(b.context())
     assert [(s.start_ns, s.end_ns, s.device_events) for s in steps] == [(0, 70 * US, 1), (70 * US, 100 * US, 0)]
 
 
@@ -157,7 +164,7 @@ def test_lightning_fetch_counts_as_dataloader_only_without_torch_dataloader_rang
         if with_torch_range:
             b.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 2, 15)
         b.op("aten::add", 30, 10)
-        return b.table()
+        return b.context()
 
-    assert step_breakdown(table(False)).steps[0].parts["dataloader"] == 20 * US
-    assert step_breakdown(table(True)).steps[0].parts["dataloader"] == 15 * US
+    assert step_breakdown(table(False)).per_step[0].breakdown_ns["dataloader"] == 20 * US
+    assert step_breakdown(table(True)).per_step[0].breakdown_ns["dataloader"] == 15 * US

@@ -23,7 +23,7 @@ def _wrap_init_profiler(setup_module: Any) -> None:
 
     def _init_profiler(trainer: Any, profiler: Any) -> None:
         if isinstance(profiler, str) and profiler.strip().lower() == PROFILER_NAME:
-            from lightning_streamprof.profiler import StreamProfiler
+            from lightning_streamprof.profiling.profiler import StreamProfiler
 
             profiler = StreamProfiler()
         original(trainer, profiler)

@@ -1,8 +1,10 @@
 """Analysis of finished windows in a worker process, so that no trace parsing competes with training.
 
-The worker is a plain ``python -m lightning_streamprof.window_analysis`` child (no multiprocessing, so the
-user's training script is never re-imported). It reads one trace path per line on stdin and answers one
-JSON line on stdout: ``{"ok": <analysis JSON>}`` or ``{"error": "<file>: <reason>"}``.
+The worker is a plain ``python -m lightning_streamprof.profiling.worker`` child (no multiprocessing, so the
+user's training script is never re-imported). It reads one request per line on stdin, the JSON of the trace's
+:class:`~lightning_streamprof.results.TraceIdentity` with ``path`` set to the local file to read, and answers one
+JSON line on stdout: ``{"ok": <result JSON>}`` or ``{"error": "<file>: <reason>"}``. The result carries the
+trace's final identity (its target path).
 """
 
 from __future__ import annotations
@@ -11,20 +13,27 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any
 
-import orjson
+import msgspec
+
+from lightning_streamprof.results import Result, TraceIdentity, from_json, to_json
 
 
 class AnalysisError(RuntimeError):
     """The worker could not analyse a trace (the message names the file)."""
 
 
-def analyze_file(path: str) -> dict[str, Any]:
+def analyze_local(local_path: str, identity: TraceIdentity) -> Result:
+    """The result of the trace saved at ``local_path``, identified as ``identity``."""
     from lightning_streamprof.analysis import analyze_table
     from lightning_streamprof.trace import read_trace
 
-    return analyze_table(read_trace(path)).to_json()
+    return analyze_table(read_trace(local_path), identity)
+
+
+class _Answer(msgspec.Struct):
+    ok: Result | None = None
+    error: str | None = None
 
 
 class AnalysisWorker:
@@ -38,32 +47,32 @@ class AnalysisWorker:
     def _start(self) -> subprocess.Popen:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
         return subprocess.Popen(
-            [sys.executable, "-m", "lightning_streamprof.window_analysis"],
+            [sys.executable, "-m", "lightning_streamprof.profiling.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=env,
         )
 
-    def analyze(self, path: str) -> dict[str, Any]:
-        """Analyse ``path`` in the worker; blocks the calling (background) thread until done."""
+    def analyze(self, path: str, identity: TraceIdentity) -> Result:
+        """Analyse the local trace ``path`` in the worker; blocks the calling (background) thread until done."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = self._start()
             proc = self._proc
             assert proc.stdin is not None and proc.stdout is not None
             try:
-                proc.stdin.write(path.encode() + b"\n")
+                proc.stdin.write(to_json(msgspec.structs.replace(identity, path=path)) + b"\n")
                 proc.stdin.flush()
                 line = proc.stdout.readline()
             except (BrokenPipeError, OSError) as err:
                 raise AnalysisError(f"{path}: analysis worker failed ({err})") from None
         if not line:
             raise AnalysisError(f"{path}: analysis worker exited (code {proc.poll()})")
-        answer = orjson.loads(line)
-        if "error" in answer:
-            raise AnalysisError(answer["error"])
-        return answer["ok"]
+        answer = from_json(line, _Answer)
+        if answer.ok is None:
+            raise AnalysisError(answer.error or f"{path}: no result")
+        return msgspec.structs.replace(answer.ok, traces=[identity], run=identity.run)
 
     def close(self) -> None:
         with self._lock:
@@ -85,15 +94,17 @@ def _serve() -> None:
         pass
     out = sys.stdout.buffer
     for raw in sys.stdin.buffer:
-        path = raw.decode().rstrip("\n")
-        if not path:
+        if not raw.strip():
             continue
+        path = "<request>"
         try:
-            answer = {"ok": analyze_file(path)}
+            identity = from_json(raw, TraceIdentity)
+            path = identity.path
+            answer = _Answer(ok=analyze_local(path, identity))
         except Exception as err:  # noqa: BLE001 - reported to the parent, which warns
             message = str(err)
-            answer = {"error": message if message.startswith(path) else f"{path}: {message or type(err).__name__}"}
-        out.write(orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+            answer = _Answer(error=message if message.startswith(path) else f"{path}: {message or type(err).__name__}")
+        out.write(to_json(answer) + b"\n")
         out.flush()
 
 

@@ -1,17 +1,18 @@
-"""Background export of finished windows: gzip, write through a temporary name, summarise."""
+"""Background export of finished windows: gzip (isal), write through a temporary name, analyse."""
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
-from lightning_streamprof.storage import ensure_dir, write_atomic
-from lightning_streamprof.window_analysis import AnalysisError, AnalysisWorker
+from isal import igzip
+
+from lightning_streamprof.profiling.storage import ensure_dir, write_atomic
+from lightning_streamprof.profiling.worker import AnalysisError, AnalysisWorker
+from lightning_streamprof.results import Result, TraceIdentity
 
 log = logging.getLogger(__name__)
 
@@ -26,19 +27,19 @@ class WindowResult:
     path: str
     size_bytes: int
     global_step: int = 0
-    analysis: dict[str, Any] | None = None
+    analysis: Result | None = None
 
 
 class TraceExporter:
     """A single worker thread that turns locally saved Kineto traces into gzipped files at their target.
 
-    It only compresses and writes (zlib and file I/O release the GIL); the analysis runs in a worker
-    process (:mod:`lightning_streamprof.window_analysis`), so the training thread keeps running. Analysed
+    It only compresses and writes (isal and file I/O release the GIL); the analysis runs in a worker
+    process (:mod:`lightning_streamprof.profiling.worker`), so the training thread keeps running. Analysed
     windows are also appended to ``ready`` for the training thread to log. Every failure is a warning:
     the training run never sees an exception from here.
     """
 
-    def __init__(self, compress_level: int = 3, analyze: bool = True) -> None:
+    def __init__(self, compress_level: int = 2, analyze: bool = True) -> None:
         self.compress_level = compress_level
         self.results: list[WindowResult] = []
         self.ready: list[WindowResult] = []
@@ -54,10 +55,10 @@ class TraceExporter:
             warnings.warn(f"StreamProfiler: cannot write traces to {directory}: {err}", stacklevel=3)
             return False
 
-    def submit(
-        self, local_path: str, target: str, *, window: int, steps: tuple[int, int], global_step: int = 0
-    ) -> None:
-        self._pending.append(self._pool.submit(self._export, local_path, target, window, steps, global_step))
+    def submit(self, local_path: str, identity: TraceIdentity, *, steps: tuple[int, int], global_step: int = 0) -> None:
+        """Export the trace saved at ``local_path`` to ``identity.path`` (the window's recorded ``steps``:
+        first, past-the-end)."""
+        self._pending.append(self._pool.submit(self._export, local_path, identity, steps, global_step))
 
     def wait(self) -> None:
         pending, self._pending = self._pending, []
@@ -69,11 +70,12 @@ class TraceExporter:
         if self._worker is not None:
             self._worker.close()
 
-    def _export(self, local_path: str, target: str, window: int, steps: tuple[int, int], global_step: int) -> None:
+    def _export(self, local_path: str, identity: TraceIdentity, steps: tuple[int, int], global_step: int) -> None:
+        target, window = identity.path, identity.window or 0
         try:
             with open(local_path, "rb") as f:
                 raw = f.read()
-            write_atomic(target, gzip.compress(raw, compresslevel=self.compress_level, mtime=0))
+            write_atomic(target, igzip.compress(raw, compresslevel=self.compress_level, mtime=0))
         except Exception as err:  # noqa: BLE001
             warnings.warn(f"StreamProfiler: could not write {target}: {err}", stacklevel=2)
             _remove(local_path)
@@ -81,7 +83,7 @@ class TraceExporter:
         analysis = None
         if self._worker is not None:
             try:
-                analysis = self._worker.analyze(local_path)
+                analysis = self._worker.analyze(local_path, identity)
             except AnalysisError as err:
                 warnings.warn(f"StreamProfiler: could not analyse window {window}: {err}", stacklevel=2)
         _remove(local_path)

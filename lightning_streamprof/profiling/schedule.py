@@ -1,8 +1,12 @@
-"""Where the profiling windows fall in a run: step numbers only, no timing and no torch."""
+"""Where the profiling windows fall in a run (:class:`WindowSchedule`, step numbers only) and how far the
+overhead budget moves them (:class:`OverheadBudget`, timings only); no torch."""
 
 from __future__ import annotations
 
 import enum
+import math
+import statistics
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -89,3 +93,54 @@ class WindowSchedule:
             if self.every == 0:
                 break
         return windows
+
+
+class OverheadBudget:
+    """The profiler's measured cost against a share of training time.
+
+    A window's cost is each of its steps' slowdown against the median unprofiled step (the last
+    ``baseline_steps`` of them), plus the profiler's own time, for the window's steps and ``tail_steps`` after
+    it (trace post-processing and export slow them too). :meth:`defer_steps` says how many steps the next window
+    must wait so that the cost of all windows stays within ``max_overhead`` of the training time so far.
+    """
+
+    def __init__(self, max_overhead: float | None, tail_steps: int = 2, baseline_steps: int = 64) -> None:
+        self.max_overhead = max_overhead
+        self.tail_steps = tail_steps
+        self.total_cost = 0.0
+        self.window_cost = 0.0
+        self._baseline: deque[float] = deque(maxlen=baseline_steps)
+        self._tail_left = 0
+
+    def unprofiled_step(self, seconds: float) -> None:
+        """A step outside windows and their tails: part of the baseline."""
+        self._baseline.append(seconds)
+
+    def begin_window(self) -> None:
+        self.window_cost = 0.0
+        self._tail_left = 0
+
+    def end_window(self) -> None:
+        """The window's trace is stopped: its tail steps are charged next."""
+        self._tail_left = self.tail_steps
+
+    def charge(self, seconds: float, own: float, tainted: bool) -> None:
+        """Charge a window or tail step of ``seconds``, ``own`` of them spent in the profiler itself; a
+        ``tainted`` step (validation or a checkpoint ran inside it) is charged its own time only."""
+        extra = own
+        if not tainted and self._baseline:
+            extra += max(0.0, (seconds - own) - statistics.median(self._baseline))
+        self.window_cost += extra
+        self.total_cost += extra
+
+    def tail_step(self) -> bool:
+        """Count a step of the tail after a window; True when the tail is over."""
+        self._tail_left = max(0, self._tail_left - 1)
+        return self._tail_left == 0
+
+    def defer_steps(self, elapsed: float) -> int:
+        """Steps the next window must wait, ``elapsed`` seconds into the run, to keep within the budget."""
+        if self.max_overhead is None or not self._baseline:
+            return 0
+        needed = (self.total_cost + self.window_cost) / self.max_overhead - elapsed
+        return math.ceil(needed / statistics.median(self._baseline)) if needed > 0 else 0

@@ -1,30 +1,31 @@
-"""StreamProfiler: sampled Kineto windows across a whole Lightning run, exported off the hot path."""
+"""StreamProfiler: sampled Kineto windows across a whole Lightning run, exported off the hot path.
+
+The class holds Lightning's hooks only; the window schedule and overhead budget (:mod:`.schedule`), the Kineto
+session (:mod:`.session`), the export and analysis (:mod:`.exporter`, :mod:`.worker`) are their own modules.
+"""
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import statistics
-import tempfile
+import socket
 import time
 import warnings
-from collections import deque
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Protocol, runtime_checkable
 
-import orjson
 import torch
 from lightning.pytorch.profilers import Profiler
 from typing_extensions import override
 
-from lightning_streamprof.exporter import TraceExporter, WindowResult
+from lightning_streamprof import names
+from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
+from lightning_streamprof.profiling.schedule import OverheadBudget, Phase, Window, WindowSchedule
+from lightning_streamprof.profiling.session import Activity, KinetoSession
+from lightning_streamprof.profiling.storage import join_path
 from lightning_streamprof.report.metrics import headline_metrics
 from lightning_streamprof.report.summary import render_windows
-from lightning_streamprof.schedule import Phase, Window, WindowSchedule
-from lightning_streamprof.storage import join_path
-
-log = logging.getLogger(__name__)
+from lightning_streamprof.results import TraceIdentity
 
 #: the action that starts a step, per stage (Lightning's loops name it ``[<LoopClass>].<prefix>_next``)
 _STEP_ACTIONS = {
@@ -35,7 +36,16 @@ _STEP_ACTIONS = {
 }
 #: steps after a window whose slowdown is charged to it (trace post-processing, export thread)
 _COST_TAIL_STEPS = 2
-_BASELINE_STEPS = 64
+
+
+@runtime_checkable
+class StagingCallback(Protocol):
+    """A callback that may stage batches on a thread of its own (the profiler then records every thread) and
+    reports what it did in the profiler's summary (:class:`~lightning_streamprof.StreamPipeline` is one)."""
+
+    stages_on_thread: bool
+
+    def report(self) -> str: ...
 
 
 def _ends_training_step(action: str) -> bool:
@@ -48,16 +58,6 @@ def _ends_training_step(action: str) -> bool:
     )
 
 
-def _release(prof: Any, started: bool) -> None:
-    """End a Kineto session that was prepared (and maybe started); a prepared one must start to stop."""
-    try:
-        if not started:
-            prof.profiler._start_trace()
-        prof.stop_trace()
-    except Exception:  # noqa: BLE001 - best effort while recovering
-        log.debug("streamprof: could not release the profiler session", exc_info=True)
-
-
 class StreamProfiler(Profiler):
     r"""Records Kineto (``torch.profiler``) traces in sampled windows across the whole run.
 
@@ -67,7 +67,7 @@ class StreamProfiler(Profiler):
     (``N`` is the global batch index; validation inside a fit closes the open step and is not counted).
     When the window ends the trace is handed to a background thread, which gzips it, writes it as
     ``<dirpath>/<stage>-<time>/w<window>-step<first step>/rank<global rank>.<ns>.pt.trace.json.gz``
-    through a temporary name; :meth:`summary` reads the traces back at the end of the stage.
+    through a temporary name, and a worker process analyses it; :meth:`summary` shows the results.
     The files open in Perfetto, torch-tb-profiler and HTA (``distributedInfo`` is always present).
 
     Window placement: ``skip_first`` steps are never profiled; then a window starts every ``every``
@@ -98,11 +98,11 @@ class StreamProfiler(Profiler):
         with_stack: Record Python source locations (hot source lines).
         with_flops: Estimate FLOPs of matrix multiplications and convolutions.
         activities: ``"cpu"``/``"cuda"`` to trace; default CPU plus CUDA when available.
-        compress_level: gzip level of the written traces (1 fastest .. 9 smallest).
+        compress_level: ISA-L gzip level of the written traces (0 fastest .. 3 smallest).
         row_limit: Operators per window shown by :meth:`summary`.
         all_threads: Record the operators of every thread, not only the training loop's (where torch
-            supports it). ``None``: on when a :class:`StreamPipeline` stages batches on its own thread,
-            so the trace shows that work.
+            supports it). ``None``: on when a callback stages batches on its own thread (a
+            :class:`StreamPipeline` with its staging thread), so the trace shows that work.
         analyze: Analyse each window in a worker process and log its headline numbers
             (``streamprof/gpu_utilization``, ``streamprof/sm_efficiency``, ``streamprof/achieved_occupancy``,
             ``streamprof/step_ms`` and ``streamprof/step_ms/<category>``) through the Trainer's loggers.
@@ -131,8 +131,8 @@ class StreamProfiler(Profiler):
         profile_memory: bool = False,
         with_stack: bool = False,
         with_flops: bool = False,
-        activities: list[Literal["cpu", "cuda"]] | None = None,
-        compress_level: int = 3,
+        activities: list[Activity] | None = None,
+        compress_level: int = 2,
         row_limit: int = 10,
         analyze: bool = True,
         all_threads: bool | None = None,
@@ -142,15 +142,13 @@ class StreamProfiler(Profiler):
             raise ValueError("StreamProfiler: `every=None` places windows by `max_overhead`; give one of them")
         if max_overhead is not None and not 0 < max_overhead < 1:
             raise ValueError(f"StreamProfiler: `max_overhead` must be in (0, 1), got {max_overhead}")
-        if not 0 <= compress_level <= 9:
-            raise ValueError(f"StreamProfiler: `compress_level` must be in 0..9, got {compress_level}")
+        if not 0 <= compress_level <= 3:
+            raise ValueError(f"StreamProfiler: `compress_level` must be in 0..3 (ISA-L levels), got {compress_level}")
         grid = warmup + active + _COST_TAIL_STEPS if every is None else every
         self.schedule = WindowSchedule(skip_first=skip_first, warmup=warmup, active=active, every=grid, repeat=repeat)
         self.max_overhead = max_overhead
-        self.record_shapes = record_shapes
-        self.profile_memory = profile_memory
-        self.with_stack = with_stack
-        self.with_flops = with_flops
+        self.recording_options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
+                                  "with_stack": with_stack, "with_flops": with_flops}
         self.activities = activities
         self.compress_level = compress_level
         self.row_limit = row_limit
@@ -165,6 +163,7 @@ class StreamProfiler(Profiler):
     def _reset_run_state(self, stage: str | None) -> None:
         self._step_suffix = _STEP_ACTIONS.get(stage or "", "\0never")
         self._run_dir: str | None = None
+        self._run_name: str | None = None
         self._global_rank = 0
         self._world_size = 1
         self._step_offset: int | None = None
@@ -172,8 +171,7 @@ class StreamProfiler(Profiler):
         self._window: Window | None = None
         self._window_warmup_start = math.inf  # fast-path copy of self._window.warmup_start
         self._watching = False  # inside a window or its cost tail: full action handling
-        self._prof: Any = None
-        self._recording = False
+        self._session: KinetoSession | None = None
         self._step_range: Any = None
         self._open_step = -1
         self._open_ranges: dict[str, list[Any]] = {}
@@ -181,12 +179,13 @@ class StreamProfiler(Profiler):
         self._run_start: float | None = None
         self._step_tainted = False
         self._own_time = 0.0
-        self._baseline: deque[float] = deque(maxlen=_BASELINE_STEPS)
-        self._window_cost = 0.0
-        self._tail_left = 0
-        self._total_cost = 0.0
+        self._budget = OverheadBudget(self.max_overhead, tail_steps=_COST_TAIL_STEPS)
         self._windows_done = 0
         self._failed = False
+
+    @property
+    def _recording(self) -> bool:
+        return self._session is not None and self._session.recording
 
     @override
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
@@ -203,7 +202,8 @@ class StreamProfiler(Profiler):
         stamp = time.strftime("%Y%m%d-%H%M%S")
         if trainer is not None and self._world_size > 1:
             stamp = trainer.strategy.broadcast(stamp)
-        self._run_dir = join_path(str(base), f"{stage}-{stamp}")
+        self._run_name = f"{stage}-{stamp}"
+        self._run_dir = join_path(str(base), self._run_name)
         if self._exporter is None:
             self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze)
         self._exporter.check_writable(self._run_dir)
@@ -216,6 +216,10 @@ class StreamProfiler(Profiler):
             return module.trainer if module is not None else None
         except (ReferenceError, RuntimeError, AttributeError):
             return None
+
+    def _staging_callbacks(self) -> list[StagingCallback]:
+        trainer = self._trainer()
+        return [cb for cb in getattr(trainer, "callbacks", None) or [] if isinstance(cb, StagingCallback)]
 
     @override
     def describe(self) -> None:
@@ -231,9 +235,9 @@ class StreamProfiler(Profiler):
 
     def _finish(self) -> None:
         """Close the open step, export a partly recorded window, wait for pending exports, log them."""
-        if getattr(self, "_prof", None) is not None:
+        if getattr(self, "_session", None) is not None:
             self._guarded(self._close_step)
-            if self._prof is not None:
+            if self._session is not None:
                 self._guarded(self._end_window)
         if getattr(self, "_exporter", None) is not None:
             self._exporter.wait()
@@ -248,7 +252,9 @@ class StreamProfiler(Profiler):
         trainer = self._trainer()
         loggers = list(getattr(trainer, "loggers", []) or []) if trainer is not None else []
         for result in ready:
-            metrics = headline_metrics(result.analysis or {})
+            if result.analysis is None:
+                continue
+            metrics = headline_metrics(result.analysis)
             for logger in loggers:
                 try:
                     logger.log_metrics(metrics, step=result.global_step)
@@ -268,7 +274,7 @@ class StreamProfiler(Profiler):
                 self._step_tainted = True
                 self._guarded(self._close_step)
             if self._recording:
-                rf = torch.autograd.profiler.record_function(f"[pl][profile]{action_name}")
+                rf = torch.autograd.profiler.record_function(names.pl_range(action_name))
                 rf.__enter__()
                 self._open_ranges.setdefault(action_name, []).append(rf)
 
@@ -291,7 +297,7 @@ class StreamProfiler(Profiler):
             self._run_start = now
             self._step_offset = self._resume_offset()
         elif not self._watching:
-            self._baseline.append(now - last)
+            self._budget.unprofiled_step(now - last)
             if step < self._window_warmup_start:
                 return
         else:
@@ -304,26 +310,24 @@ class StreamProfiler(Profiler):
         window = self._window
         if window is not None:
             phase = window.phase(step)
-            if phase is not Phase.IDLE and self._prof is None and step in (window.warmup_start, window.start):
-                self._begin_window()
-            if phase is Phase.WARMUP and self._prof is None:
-                self._prepare_trace()
+            if phase is not Phase.IDLE and self._session is None and step in (window.warmup_start, window.start):
+                self._watching = True
+                self._budget.begin_window()
+            if phase is Phase.WARMUP and self._session is None:
+                self._session = self._new_session()
             elif phase is Phase.ACTIVE:
-                if self._prof is None:
-                    self._prepare_trace()
-                if not self._recording:
-                    self._start_trace(window)
+                if self._session is None:
+                    self._session = self._new_session()
+                if not self._session.recording:
+                    self._session.start(self._window_metadata(window), self._global_rank, self._world_size)
                 self._open_step = step
-                name = f"ProfilerStep#{(self._step_offset or 0) + step}"
-                self._step_range = torch.autograd.profiler.record_function(name)
+                self._step_range = torch.autograd.profiler.record_function(names.step_name(self._offset + step))
                 self._step_range.__enter__()
         self._own_time += time.perf_counter() - t0
 
     def _close_step(self) -> None:
         if self._step_range is not None:
-            for stack in self._open_ranges.values():  # ranges opened inside the step end with it
-                while stack:
-                    stack.pop().__exit__(None, None, None)
+            self._close_ranges()  # ranges opened inside the step end with it
             self._step_range.__exit__(None, None, None)
             self._step_range = None
             window = self._window
@@ -332,115 +336,68 @@ class StreamProfiler(Profiler):
                 self._end_window()
                 self._own_time += time.perf_counter() - t0
 
-    # ------------------------------------------------------------------ windows
-
-    def _activities(self) -> list[Any]:
-        from torch.profiler import ProfilerActivity
-
-        names = self.activities or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
-        table = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
-        unknown = sorted(set(names) - set(table))
-        if unknown:
-            raise ValueError(f"StreamProfiler: unknown activities {unknown}; use 'cpu' and/or 'cuda'")
-        return [table[n] for n in names]
-
-    def _prepare_trace(self) -> None:
-        self._prof = torch.profiler.profile(
-            activities=self._activities(),
-            record_shapes=self.record_shapes,
-            profile_memory=self.profile_memory,
-            with_stack=self.with_stack,
-            with_flops=self.with_flops,
-            experimental_config=self._experimental_config(),
-        )
-        self._prof.prepare_trace()
-
-    def _experimental_config(self) -> Any:
-        wanted = self.all_threads
-        if wanted is None:
-            trainer = self._trainer()
-            wanted = any(getattr(cb, "stages_on_thread", False) for cb in getattr(trainer, "callbacks", None) or [])
-        if not wanted:
-            return None
-        try:
-            return torch.profiler._ExperimentalConfig(profile_all_threads=True)
-        except (AttributeError, TypeError):  # a torch without it
-            return None
-
-    def _start_trace(self, window: Window) -> None:
-        prof = self._prof
-        prof.start_trace()
-        self._recording = True
-        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-            info = {"backend": "none", "rank": self._global_rank, "world_size": self._world_size, "pg_count": 0}
-            prof.add_metadata_json("distributedInfo", orjson.dumps(info).decode())
-        offset = self._step_offset or 0
-        meta = {"window": window.index, "first_step": offset + window.start, "steps": window.stop - window.start}
-        prof.add_metadata_json("streamprof", orjson.dumps(meta).decode())
-
-    def _end_window(self) -> None:
-        """Stop the trace, save it locally (C++ writer) and hand it to the export thread."""
-        prof, window = self._prof, self._window
-        self._prof = None
-        was_recording = self._recording
-        self._recording = False
+    def _close_ranges(self) -> None:
         for stack in self._open_ranges.values():
             while stack:
                 stack.pop().__exit__(None, None, None)
-        if prof is None or window is None:
+
+    # ------------------------------------------------------------------ windows
+
+    @property
+    def _offset(self) -> int:
+        return self._step_offset or 0
+
+    def _new_session(self) -> KinetoSession:
+        all_threads = self.all_threads
+        if all_threads is None:
+            all_threads = any(cb.stages_on_thread for cb in self._staging_callbacks())
+        return KinetoSession(self.activities, all_threads=all_threads, **self.recording_options)
+
+    def _window_metadata(self, window: Window) -> dict[str, Any]:
+        info = {"run": self._run_name, "window": window.index, "first_step": self._offset + window.start,
+                "steps": window.stop - window.start, "host": socket.gethostname()}
+        return {names.TRACE_METADATA_KEY: info}
+
+    def _end_window(self) -> None:
+        """Stop the trace, save it locally (Kineto's writer) and hand it to the export thread."""
+        session, window = self._session, self._window
+        self._session = None
+        self._close_ranges()
+        if session is None or window is None:
             return
-        if was_recording:
-            prof.stop_trace()
-            fd, local = tempfile.mkstemp(prefix="streamprof-", suffix=".pt.trace.json")
-            os.close(fd)
-            try:
-                prof.export_chrome_trace(local)
-            except BaseException:
-                os.remove(local)
-                raise
-            offset = self._step_offset or 0
-            window_dir = join_path(self._run_dir or ".", f"w{window.index:03d}-step{offset + window.start:07d}")
-            target = join_path(window_dir, f"rank{self._global_rank}.{time.time_ns()}.pt.trace.json.gz")
-            steps = (offset + window.start, offset + min(window.stop, self._next_step))
+        if session.recording:
+            local = session.save()
+            first = self._offset + window.start
+            window_dir = join_path(self._run_dir or ".", f"w{window.index:03d}-step{first:07d}")
+            identity = TraceIdentity(
+                path=join_path(window_dir, f"rank{self._global_rank}.{time.time_ns()}.pt.trace.json.gz"),
+                run=self._run_name, window=window.index, first_step=first, rank=self._global_rank,
+                world_size=self._world_size, host=socket.gethostname(),
+            )
             trainer = self._trainer()
             global_step = int(getattr(trainer, "global_step", 0)) if trainer is not None else 0
             assert self._exporter is not None
-            self._exporter.submit(local, target, window=window.index, steps=steps, global_step=global_step)
+            steps = (first, self._offset + min(window.stop, self._next_step))
+            self._exporter.submit(local, identity, steps=steps, global_step=global_step)
         else:  # the run ended during warm-up: nothing was recorded
-            _release(prof, started=False)
-        del prof
+            session.release()
+        del session
         self._windows_done += 1
-        self._tail_left = _COST_TAIL_STEPS
+        self._budget.end_window()
         self._place_next_window(current=window.stop if self._open_step < 0 else self._open_step + 1)
 
-    def _begin_window(self) -> None:
-        self._watching = True
-        self._window_cost = 0.0
-        self._tail_left = 0
-
     def _charge_step(self, duration: float) -> None:
-        """Charge a window or cost-tail step's slowdown (against the median unprofiled step) to the run."""
+        """Charge a window or cost-tail step's slowdown to the run."""
         own, self._own_time = self._own_time, 0.0
-        extra = own
-        if not self._step_tainted and self._baseline:
-            extra += max(0.0, (duration - own) - statistics.median(self._baseline))
+        self._budget.charge(duration, own, self._step_tainted)
         self._step_tainted = False
-        self._window_cost += extra
-        self._total_cost += extra
-        if self._prof is None and self._step_range is None:  # in the cost tail after a window
-            self._tail_left = max(0, self._tail_left - 1)
-            if self._tail_left == 0:
-                self._watching = False
+        if self._session is None and self._step_range is None and self._budget.tail_step():
+            self._watching = False  # the cost tail after a window is over
 
     def _place_next_window(self, current: int) -> None:
         """Next window on the grid at or after ``current``, later if the overhead budget needs it."""
-        not_before = current
-        if self.max_overhead is not None and self._baseline and self._run_start is not None:
-            elapsed = time.perf_counter() - self._run_start
-            needed = (self._total_cost + self._window_cost) / self.max_overhead - elapsed
-            if needed > 0:
-                not_before += math.ceil(needed / statistics.median(self._baseline))
-        self._window = self.schedule.window(self._windows_done, not_before=not_before)
+        elapsed = time.perf_counter() - self._run_start if self._run_start is not None else 0.0
+        self._window = self.schedule.window(self._windows_done, not_before=current + self._budget.defer_steps(elapsed))
         self._window_warmup_start = self._window.warmup_start if self._window else math.inf
 
     def _resume_offset(self) -> int:
@@ -460,15 +417,14 @@ class StreamProfiler(Profiler):
         except Exception as err:  # noqa: BLE001 - never break the user's training run
             self._failed = True
             warnings.warn(f"StreamProfiler: profiling stopped after an error: {err!r}; training goes on", stacklevel=2)
-            was_recording = self._recording
             self._window = None
             self._window_warmup_start = math.inf
-            self._watching = self._recording = False
+            self._watching = False
             self._step_range = None
             self._open_ranges.clear()
-            prof, self._prof = self._prof, None
-            if prof is not None:
-                _release(prof, started=was_recording)
+            session, self._session = self._session, None
+            if session is not None:
+                session.release()
 
     # ------------------------------------------------------------------ results
 
@@ -483,7 +439,7 @@ class StreamProfiler(Profiler):
     @property
     def overhead_seconds(self) -> float:
         """Measured cost of the windows so far, in seconds of training time."""
-        return self._total_cost
+        return self._budget.total_cost
 
     @override
     def summary(self) -> str:
@@ -493,6 +449,4 @@ class StreamProfiler(Profiler):
             if results
             else "StreamProfiler: no window was recorded."
         )
-        trainer = self._trainer()
-        reports = [cb.report() for cb in getattr(trainer, "callbacks", None) or [] if type(cb).__name__ == "StreamPipeline"]
-        return "\n".join([text, *reports])
+        return "\n".join([text, *(cb.report() for cb in self._staging_callbacks())])

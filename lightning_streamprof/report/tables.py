@@ -1,0 +1,73 @@
+"""Plain-text tables and headline lines of a result (the top rows are cut here, in the renderer)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from lightning_streamprof.results import Result
+
+Column = tuple[str, Callable[[Any], Any]]
+
+
+def ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def console(width: int) -> tuple[Console, io.StringIO]:
+    """A plain-text console (no colour codes) writing to a buffer."""
+    buf = io.StringIO()
+    return Console(file=buf, width=width, color_system=None, force_terminal=False), buf
+
+
+def table(title: str | None, columns: Sequence[Column], rows: Sequence[Any], top: int) -> Table | None:
+    """The first ``top`` rows with one column per ``(header, getter)``; None without rows."""
+    rows = list(rows[:top])
+    if not rows:
+        return None
+    out = Table(title=title, title_justify="left")
+    for i, (header, _) in enumerate(columns):
+        out.add_column(header, justify="left" if i == 0 else "right", overflow="fold")
+    for row in rows:
+        out.add_row(*(_cell(get(row)) for _, get in columns))
+    return out
+
+
+def _cell(value: Any, width: int = 64) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else f"{value:.4g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def headline_lines(result: Result) -> list[str]:
+    """GPU metrics, the mean step breakdown and the recommendations of a result."""
+    lines = []
+    several = len(result.traces) > 1
+    for gpu in result.gpu:
+        where = f"rank {gpu.rank} window {gpu.window} cuda:{gpu.device}" if several else f"cuda:{gpu.device}"
+        lines.append(
+            f"  {where}: GPU utilization {pct(gpu.utilization)}, Est. SM efficiency {pct(gpu.sm_efficiency)}, "
+            f"Est. achieved occupancy {pct(gpu.achieved_occupancy)}"
+        )
+    steps = result.steps
+    if steps.count:
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in steps.breakdown_ms.items() if v >= 0.005)
+        lines.append(f"  step {steps.mean_ms:.2f} ms (mean of {steps.count}): {parts}")
+    for rec in result.recommendations:
+        lines.append(f"  -> {rec.message}")
+    return lines
+
+
+OPERATOR_COLUMNS: tuple[Column, ...] = (
+    ("operator", lambda o: o.name), ("calls", lambda o: o.calls), ("host self ms", lambda o: ms(o.host_self_ns)),
+    ("host total ms", lambda o: ms(o.host_total_ns)), ("device self ms", lambda o: ms(o.device_self_ns)),
+)

@@ -1,0 +1,61 @@
+"""Which run, window, rank and host a trace belongs to: from its metadata, else from the profiler's layout.
+
+StreamProfiler writes ``<dirpath>/<run>/w<window>-step<first step>/rank<global rank>.<ns>.pt.trace.json.gz``
+(``<run>`` is ``<stage>-<time>``) and records ``distributedInfo`` and a ``streamprof`` entry (run, window,
+first step, host) in the trace. For other traces the run is the directory that holds them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+from lightning_streamprof.names import TRACE_METADATA_KEY
+from lightning_streamprof.results import TraceIdentity
+
+_WINDOW_DIR = re.compile(r"^w(\d+)-step(\d+)$")
+_RANK_FILE = re.compile(r"^rank(\d+)\.")
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def trace_identity(path: str, metadata: dict[str, Any], root: str | None = None) -> TraceIdentity:
+    """The identity of the trace at ``path`` (``root``: the directory it was found under, for run names)."""
+    ours = metadata.get(TRACE_METADATA_KEY) or {}
+    info = metadata.get("distributedInfo") or {}
+    parent, name = posixpath.split(str(path).replace("\\", "/"))
+    grandparent, window_dir = posixpath.split(parent)
+    layout = _WINDOW_DIR.match(window_dir)
+    rank_match = _RANK_FILE.match(name)
+    run = ours.get("run") if isinstance(ours, dict) else None
+    if run is None:
+        run_dir = grandparent if layout else parent
+        run = _relative(run_dir, root)
+    window = _int(ours.get("window")) if isinstance(ours, dict) else None
+    first_step = _int(ours.get("first_step")) if isinstance(ours, dict) else None
+    if layout:
+        window = int(layout.group(1)) if window is None else window
+        first_step = int(layout.group(2)) if first_step is None else first_step
+    rank = _int(info.get("rank")) if isinstance(info, dict) else None
+    if rank is None and rank_match:
+        rank = int(rank_match.group(1))
+    return TraceIdentity(
+        path=str(path), run=run, window=window, first_step=first_step, rank=rank,
+        world_size=_int(info.get("world_size")) if isinstance(info, dict) else None,
+        host=ours.get("host") if isinstance(ours, dict) and isinstance(ours.get("host"), str) else None,
+    )
+
+
+def _relative(directory: str, root: str | None) -> str:
+    """``directory`` relative to ``root`` (``"."`` for the root itself); the directory's name without a root."""
+    if root is None:
+        return posixpath.basename(directory) or directory
+    root = str(root).replace("\\", "/").rstrip("/")
+    if directory == root:
+        return "."
+    if directory.startswith(root + "/"):
+        return directory[len(root) + 1:]
+    return posixpath.basename(directory) or directory
