@@ -122,3 +122,18 @@ def test_rejects_bad_arguments():
         StreamProfiler(max_overhead=2.0)
     with pytest.raises(ValueError, match="active"):
         StreamProfiler(active=0)
+
+
+def test_staging_callbacks_are_found_by_what_they_offer_not_by_name():
+    from lightning_streamprof import StreamPipeline
+    from lightning_streamprof.profiling.profiler import StagingCallback
+
+    class Reporting:
+        stages_on_thread = True
+
+        def report(self):
+            return "staged"
+
+    assert isinstance(Reporting(), StagingCallback)
+    assert isinstance(StreamPipeline(), StagingCallback)
+    assert not isinstance(object(), StagingCallback)

@@ -92,7 +92,7 @@ class TraceContext:
     @cached_property
     def kernel_owner(self) -> np.ndarray:
         """For each of :attr:`kernels`, the operator row that launched it, or -1."""
-        return self.launching_ops(self.kernels)
+        return self.device_owner[self.table.kind[self.device_rows] == Kind.KERNEL]
 
     def thread_keys(self, rows: np.ndarray) -> np.ndarray:
         return thread_keys(self.table, rows)

@@ -1,31 +1,29 @@
 """StreamProfiler: sampled Kineto windows across a whole Lightning run, exported off the hot path.
 
-The class holds Lightning's hooks only; the window schedule and overhead budget (:mod:`.schedule`), the Kineto
-session (:mod:`.session`), the export and analysis (:mod:`.exporter`, :mod:`.worker`) are their own modules.
+The class holds Lightning's hooks only; the windows' stepping (:mod:`.recorder`), the schedule and overhead
+budget (:mod:`.schedule`), the Kineto session (:mod:`.session`), the export and analysis (:mod:`.exporter`,
+:mod:`.worker`) are their own modules.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import socket
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import torch
 from lightning.pytorch.profilers import Profiler
 from typing_extensions import override
 
-from lightning_streamprof import names
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
-from lightning_streamprof.profiling.schedule import OverheadBudget, Phase, Window, WindowSchedule
+from lightning_streamprof.profiling.recorder import WindowRecorder
+from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedule
 from lightning_streamprof.profiling.session import Activity, KinetoSession
 from lightning_streamprof.profiling.storage import join_path
 from lightning_streamprof.report.metrics import headline_metrics
 from lightning_streamprof.report.summary import render_windows
-from lightning_streamprof.results import TraceIdentity
 
 #: the action that starts a step, per stage (Lightning's loops name it ``[<LoopClass>].<prefix>_next``)
 _STEP_ACTIONS = {
@@ -156,59 +154,38 @@ class StreamProfiler(Profiler):
         self.all_threads = all_threads
         self._user_dirpath = dirpath
         self._exporter: TraceExporter | None = None
-        self._reset_run_state(stage=None)
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def _reset_run_state(self, stage: str | None) -> None:
-        self._step_suffix = _STEP_ACTIONS.get(stage or "", "\0never")
-        self._run_dir: str | None = None
-        self._run_name: str | None = None
+        self._recorder: WindowRecorder | None = None
+        self._step_suffix = "\0never"
         self._global_rank = 0
-        self._world_size = 1
-        self._step_offset: int | None = None
-        self._next_step = 0  # run-relative index of the step the next boundary starts
-        self._window: Window | None = None
-        self._window_warmup_start = math.inf  # fast-path copy of self._window.warmup_start
-        self._watching = False  # inside a window or its cost tail: full action handling
-        self._session: KinetoSession | None = None
-        self._step_range: Any = None
-        self._open_step = -1
-        self._open_ranges: dict[str, list[Any]] = {}
-        self._last_boundary: float | None = None
-        self._run_start: float | None = None
-        self._step_tainted = False
-        self._own_time = 0.0
-        self._budget = OverheadBudget(self.max_overhead, tail_steps=_COST_TAIL_STEPS)
-        self._windows_done = 0
         self._failed = False
 
-    @property
-    def _recording(self) -> bool:
-        return self._session is not None and self._session.recording
+    # ------------------------------------------------------------------ lifecycle
 
     @override
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         stage = str(getattr(stage, "value", stage))  # TrainerFn enum -> "fit"
         super().setup(stage=stage, local_rank=local_rank, log_dir=log_dir)
         self._finish()
-        self._reset_run_state(stage)
+        self._failed = False
+        self._step_suffix = _STEP_ACTIONS.get(stage, "\0never")
         trainer = self._trainer()
-        if trainer is not None:
-            self._global_rank = int(getattr(trainer, "global_rank", 0))
-            self._world_size = int(getattr(trainer, "world_size", 1))
+        rank = int(getattr(trainer, "global_rank", 0)) if trainer is not None else 0
+        world_size = int(getattr(trainer, "world_size", 1)) if trainer is not None else 1
+        self._global_rank = rank
         base = self._user_dirpath if self._user_dirpath is not None else join_path(log_dir or os.getcwd(), "streamprof")
         self.dirpath = base
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        if trainer is not None and self._world_size > 1:
+        if trainer is not None and world_size > 1:
             stamp = trainer.strategy.broadcast(stamp)
-        self._run_name = f"{stage}-{stamp}"
-        self._run_dir = join_path(str(base), self._run_name)
+        run_name = f"{stage}-{stamp}"
         if self._exporter is None:
             self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze)
-        self._exporter.check_writable(self._run_dir)
-        self._window = self.schedule.window(0)
-        self._window_warmup_start = self._window.warmup_start if self._window else math.inf
+        run_dir = join_path(str(base), run_name)
+        self._exporter.check_writable(run_dir)
+        self._recorder = WindowRecorder(
+            self.schedule, OverheadBudget(self.max_overhead, tail_steps=_COST_TAIL_STEPS), self._exporter,
+            self._new_session, self._global_step, run_name=run_name, run_dir=run_dir, rank=rank, world_size=world_size,
+        )
 
     def _trainer(self) -> Any:
         module = getattr(self, "_lightning_module", None)
@@ -217,9 +194,19 @@ class StreamProfiler(Profiler):
         except (ReferenceError, RuntimeError, AttributeError):
             return None
 
+    def _global_step(self) -> int:
+        trainer = self._trainer()
+        return int(getattr(trainer, "global_step", 0)) if trainer is not None else 0
+
     def _staging_callbacks(self) -> list[StagingCallback]:
         trainer = self._trainer()
         return [cb for cb in getattr(trainer, "callbacks", None) or [] if isinstance(cb, StagingCallback)]
+
+    def _new_session(self) -> KinetoSession:
+        all_threads = self.all_threads
+        if all_threads is None:
+            all_threads = any(cb.stages_on_thread for cb in self._staging_callbacks())
+        return KinetoSession(self.activities, all_threads=all_threads, **self.recording_options)
 
     @override
     def describe(self) -> None:
@@ -235,10 +222,11 @@ class StreamProfiler(Profiler):
 
     def _finish(self) -> None:
         """Close the open step, export a partly recorded window, wait for pending exports, log them."""
-        if getattr(self, "_session", None) is not None:
-            self._guarded(self._close_step)
-            if self._session is not None:
-                self._guarded(self._end_window)
+        recorder = getattr(self, "_recorder", None)
+        if recorder is not None and recorder.active:
+            self._guarded(recorder.close_step)
+            if recorder.active:
+                self._guarded(recorder.end_window)
         if getattr(self, "_exporter", None) is not None:
             self._exporter.wait()
             if self._exporter.ready:
@@ -263,142 +251,28 @@ class StreamProfiler(Profiler):
                 except Exception as err:  # noqa: BLE001
                     warnings.warn(f"StreamProfiler: could not log window metrics: {err}", stacklevel=2)
 
-    # ------------------------------------------------------------------ hot path
+    # ------------------------------------------------------------------ hooks (the hot path)
 
     @override
     def start(self, action_name: str) -> None:
+        recorder = self._recorder
+        if recorder is None:
+            return
         if action_name.endswith(self._step_suffix):
-            self._on_step_boundary()
-        if self._watching:
-            if self._step_range is not None and _ends_training_step(action_name):
-                self._step_tainted = True
-                self._guarded(self._close_step)
-            if self._recording:
-                rf = torch.autograd.profiler.record_function(names.pl_range(action_name))
-                rf.__enter__()
-                self._open_ranges.setdefault(action_name, []).append(rf)
+            if self._exporter is not None and self._exporter.ready:
+                self._log_ready()
+            self._guarded(recorder.step_boundary, self._resume_offset)
+        if recorder.watching:
+            if recorder.in_step and _ends_training_step(action_name):
+                self._guarded(recorder.end_step_early)
+            if recorder.recording:
+                recorder.open_range(action_name)
 
     @override
     def stop(self, action_name: str) -> None:
-        if self._watching and self._open_ranges:
-            stack = self._open_ranges.get(action_name)
-            if stack:
-                stack.pop().__exit__(None, None, None)
-
-    def _on_step_boundary(self) -> None:
-        if self._exporter is not None and self._exporter.ready:
-            self._log_ready()
-        now = time.perf_counter()
-        step = self._next_step
-        self._next_step = step + 1
-        last = self._last_boundary
-        self._last_boundary = now
-        if last is None:
-            self._run_start = now
-            self._step_offset = self._resume_offset()
-        elif not self._watching:
-            self._budget.unprofiled_step(now - last)
-            if step < self._window_warmup_start:
-                return
-        else:
-            self._charge_step(now - last)
-        self._guarded(self._advance, step)
-
-    def _advance(self, step: int) -> None:
-        t0 = time.perf_counter()
-        self._close_step()
-        window = self._window
-        if window is not None:
-            phase = window.phase(step)
-            if phase is not Phase.IDLE and self._session is None and step in (window.warmup_start, window.start):
-                self._watching = True
-                self._budget.begin_window()
-            if phase is Phase.WARMUP and self._session is None:
-                self._session = self._new_session()
-            elif phase is Phase.ACTIVE:
-                if self._session is None:
-                    self._session = self._new_session()
-                if not self._session.recording:
-                    self._session.start(self._window_metadata(window), self._global_rank, self._world_size)
-                self._open_step = step
-                self._step_range = torch.autograd.profiler.record_function(names.step_name(self._offset + step))
-                self._step_range.__enter__()
-        self._own_time += time.perf_counter() - t0
-
-    def _close_step(self) -> None:
-        if self._step_range is not None:
-            self._close_ranges()  # ranges opened inside the step end with it
-            self._step_range.__exit__(None, None, None)
-            self._step_range = None
-            window = self._window
-            if window is not None and self._open_step + 1 >= window.stop:
-                t0 = time.perf_counter()
-                self._end_window()
-                self._own_time += time.perf_counter() - t0
-
-    def _close_ranges(self) -> None:
-        for stack in self._open_ranges.values():
-            while stack:
-                stack.pop().__exit__(None, None, None)
-
-    # ------------------------------------------------------------------ windows
-
-    @property
-    def _offset(self) -> int:
-        return self._step_offset or 0
-
-    def _new_session(self) -> KinetoSession:
-        all_threads = self.all_threads
-        if all_threads is None:
-            all_threads = any(cb.stages_on_thread for cb in self._staging_callbacks())
-        return KinetoSession(self.activities, all_threads=all_threads, **self.recording_options)
-
-    def _window_metadata(self, window: Window) -> dict[str, Any]:
-        info = {"run": self._run_name, "window": window.index, "first_step": self._offset + window.start,
-                "steps": window.stop - window.start, "host": socket.gethostname()}
-        return {names.TRACE_METADATA_KEY: info}
-
-    def _end_window(self) -> None:
-        """Stop the trace, save it locally (Kineto's writer) and hand it to the export thread."""
-        session, window = self._session, self._window
-        self._session = None
-        self._close_ranges()
-        if session is None or window is None:
-            return
-        if session.recording:
-            local = session.save()
-            first = self._offset + window.start
-            window_dir = join_path(self._run_dir or ".", f"w{window.index:03d}-step{first:07d}")
-            identity = TraceIdentity(
-                path=join_path(window_dir, f"rank{self._global_rank}.{time.time_ns()}.pt.trace.json.gz"),
-                run=self._run_name, window=window.index, first_step=first, rank=self._global_rank,
-                world_size=self._world_size, host=socket.gethostname(),
-            )
-            trainer = self._trainer()
-            global_step = int(getattr(trainer, "global_step", 0)) if trainer is not None else 0
-            assert self._exporter is not None
-            steps = (first, self._offset + min(window.stop, self._next_step))
-            self._exporter.submit(local, identity, steps=steps, global_step=global_step)
-        else:  # the run ended during warm-up: nothing was recorded
-            session.release()
-        del session
-        self._windows_done += 1
-        self._budget.end_window()
-        self._place_next_window(current=window.stop if self._open_step < 0 else self._open_step + 1)
-
-    def _charge_step(self, duration: float) -> None:
-        """Charge a window or cost-tail step's slowdown to the run."""
-        own, self._own_time = self._own_time, 0.0
-        self._budget.charge(duration, own, self._step_tainted)
-        self._step_tainted = False
-        if self._session is None and self._step_range is None and self._budget.tail_step():
-            self._watching = False  # the cost tail after a window is over
-
-    def _place_next_window(self, current: int) -> None:
-        """Next window on the grid at or after ``current``, later if the overhead budget needs it."""
-        elapsed = time.perf_counter() - self._run_start if self._run_start is not None else 0.0
-        self._window = self.schedule.window(self._windows_done, not_before=current + self._budget.defer_steps(elapsed))
-        self._window_warmup_start = self._window.warmup_start if self._window else math.inf
+        recorder = self._recorder
+        if recorder is not None and recorder.watching:
+            recorder.close_range(action_name)
 
     def _resume_offset(self) -> int:
         """Global index of the first batch of this run (a resumed fit continues its numbering)."""
@@ -408,7 +282,7 @@ class StreamProfiler(Profiler):
         except AttributeError:
             return 0
 
-    def _guarded(self, fn: Any, *args: Any) -> None:
+    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         """Profiling problems become one warning; training goes on without further windows."""
         if self._failed:
             return
@@ -417,14 +291,8 @@ class StreamProfiler(Profiler):
         except Exception as err:  # noqa: BLE001 - never break the user's training run
             self._failed = True
             warnings.warn(f"StreamProfiler: profiling stopped after an error: {err!r}; training goes on", stacklevel=2)
-            self._window = None
-            self._window_warmup_start = math.inf
-            self._watching = False
-            self._step_range = None
-            self._open_ranges.clear()
-            session, self._session = self._session, None
-            if session is not None:
-                session.release()
+            if self._recorder is not None:
+                self._recorder.stop()
 
     # ------------------------------------------------------------------ results
 
@@ -439,7 +307,7 @@ class StreamProfiler(Profiler):
     @property
     def overhead_seconds(self) -> float:
         """Measured cost of the windows so far, in seconds of training time."""
-        return self._budget.total_cost
+        return self._recorder.budget.total_cost if self._recorder is not None else 0.0
 
     @override
     def summary(self) -> str:

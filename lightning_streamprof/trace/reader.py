@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Iterable
 from typing import Any
 
 import fsspec

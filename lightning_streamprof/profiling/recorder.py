@@ -1,0 +1,203 @@
+"""The windows of one stage: which steps are recorded, the ``ProfilerStep#N`` and action ranges, the Kineto
+session of each window and the hand-over of its trace to the exporter, with the overhead budget's timing."""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from lightning_streamprof import names
+from lightning_streamprof.profiling.exporter import TraceExporter
+from lightning_streamprof.profiling.schedule import OverheadBudget, Phase, Window, WindowSchedule
+from lightning_streamprof.profiling.session import KinetoSession
+from lightning_streamprof.profiling.storage import join_path
+from lightning_streamprof.results import TraceIdentity
+
+
+class WindowRecorder:
+    """Steps a stage through its windows; :meth:`step_boundary` is called at the start of every step.
+
+    Between windows a boundary only counts the step (and times it for the budget's baseline). In a window and
+    the budget's tail after it, every step is charged to the budget; recorded steps get a ``ProfilerStep#N``
+    range (``N`` = ``offset`` + run-relative index) and Lightning's actions their ``[pl][profile]`` ranges.
+    """
+
+    def __init__(
+        self,
+        schedule: WindowSchedule,
+        budget: OverheadBudget,
+        exporter: TraceExporter,
+        new_session: Callable[[], KinetoSession],
+        global_step: Callable[[], int],
+        *,
+        run_name: str,
+        run_dir: str,
+        rank: int,
+        world_size: int,
+    ) -> None:
+        self.schedule, self.budget, self.exporter = schedule, budget, exporter
+        self._new_session = new_session
+        self._global_step = global_step  # the trainer's, recorded with each window's result
+        self.run_name, self.run_dir = run_name, run_dir
+        self.rank, self.world_size = rank, world_size
+        self.offset = 0  # global index of the run's first step (a resumed fit continues its numbering)
+        self.watching = False  # inside a window or its cost tail: full action handling
+        self._window: Window | None = schedule.window(0)
+        self._warmup_start = self._window.warmup_start if self._window else math.inf
+        self._session: KinetoSession | None = None
+        self._step_range: Any = None
+        self._open_step = -1
+        self._next_step = 0
+        self._open_ranges: dict[str, list[Any]] = {}
+        self._last_boundary: float | None = None
+        self._run_start: float | None = None
+        self._tainted = False
+        self._own_time = 0.0
+        self._windows_done = 0
+
+    @property
+    def recording(self) -> bool:
+        return self._session is not None and self._session.recording
+
+    @property
+    def in_step(self) -> bool:
+        return self._step_range is not None
+
+    @property
+    def active(self) -> bool:
+        """A session is prepared or recording."""
+        return self._session is not None
+
+    # ------------------------------------------------------------------ steps and ranges
+    def step_boundary(self, first: Callable[[], int]) -> None:
+        """A step starts (``first()`` gives the global index of the run's first step, asked once)."""
+        now = time.perf_counter()
+        step = self._next_step
+        self._next_step = step + 1
+        last, self._last_boundary = self._last_boundary, now
+        if last is None:
+            self._run_start = now
+            self.offset = first()
+        elif not self.watching:
+            self.budget.unprofiled_step(now - last)
+            if step < self._warmup_start:
+                return
+        else:
+            self._charge(now - last)
+        t0 = time.perf_counter()
+        self._advance(step)
+        self._own_time += time.perf_counter() - t0
+
+    def open_range(self, action: str) -> None:
+        rf = torch.autograd.profiler.record_function(names.pl_range(action))
+        rf.__enter__()
+        self._open_ranges.setdefault(action, []).append(rf)
+
+    def close_range(self, action: str) -> None:
+        stack = self._open_ranges.get(action)
+        if stack:
+            stack.pop().__exit__(None, None, None)
+
+    def end_step_early(self) -> None:
+        """Validation, a checkpoint or an epoch end starts inside a step: the step ends here, and its slowdown
+        is not charged (the step is not a plain training step)."""
+        self._tainted = True
+        self.close_step()
+
+    def close_step(self) -> None:
+        """Close the open step (and the ranges opened in it); the window ends with its last step."""
+        if self._step_range is None:
+            return
+        self._close_ranges()
+        self._step_range.__exit__(None, None, None)
+        self._step_range = None
+        window = self._window
+        if window is not None and self._open_step + 1 >= window.stop:
+            t0 = time.perf_counter()
+            self.end_window()
+            self._own_time += time.perf_counter() - t0
+
+    def _close_ranges(self) -> None:
+        for stack in self._open_ranges.values():
+            while stack:
+                stack.pop().__exit__(None, None, None)
+
+    def _advance(self, step: int) -> None:
+        self.close_step()
+        window = self._window
+        if window is None:
+            return
+        phase = window.phase(step)
+        if phase is not Phase.IDLE and self._session is None and step in (window.warmup_start, window.start):
+            self.watching = True
+            self.budget.begin_window()
+        if phase is Phase.WARMUP and self._session is None:
+            self._session = self._new_session()
+        elif phase is Phase.ACTIVE:
+            if self._session is None:
+                self._session = self._new_session()
+            if not self._session.recording:
+                self._session.start(self._metadata(window), self.rank, self.world_size)
+            self._open_step = step
+            self._step_range = torch.autograd.profiler.record_function(names.step_name(self.offset + step))
+            self._step_range.__enter__()
+
+    # ------------------------------------------------------------------ windows
+    def _metadata(self, window: Window) -> dict[str, Any]:
+        info = {"run": self.run_name, "window": window.index, "first_step": self.offset + window.start,
+                "steps": window.stop - window.start, "host": socket.gethostname()}
+        return {names.TRACE_METADATA_KEY: info}
+
+    def end_window(self) -> None:
+        """Stop the trace, save it locally (Kineto's writer) and hand it to the export thread."""
+        session, window = self._session, self._window
+        self._session = None
+        self._close_ranges()
+        if session is None or window is None:
+            return
+        if session.recording:
+            local = session.save()
+            first = self.offset + window.start
+            window_dir = join_path(self.run_dir, f"w{window.index:03d}-step{first:07d}")
+            identity = TraceIdentity(
+                path=join_path(window_dir, f"rank{self.rank}.{time.time_ns()}.pt.trace.json.gz"), run=self.run_name,
+                window=window.index, first_step=first, rank=self.rank, world_size=self.world_size,
+                host=socket.gethostname(),
+            )
+            steps = (first, self.offset + min(window.stop, self._next_step))
+            self.exporter.submit(local, identity, steps=steps, global_step=self._global_step())
+        else:  # the run ended during warm-up: nothing was recorded
+            session.release()
+        self._windows_done += 1
+        self.budget.end_window()
+        self._place_next(current=window.stop if self._open_step < 0 else self._open_step + 1)
+
+    def _charge(self, seconds: float) -> None:
+        """Charge a window or cost-tail step's slowdown to the budget."""
+        own, self._own_time = self._own_time, 0.0
+        self.budget.charge(seconds, own, self._tainted)
+        self._tainted = False
+        if self._session is None and self._step_range is None and self.budget.tail_step():
+            self.watching = False  # the cost tail after a window is over
+
+    def _place_next(self, current: int) -> None:
+        """Next window on the grid at or after ``current``, later if the overhead budget needs it."""
+        elapsed = time.perf_counter() - self._run_start if self._run_start is not None else 0.0
+        self._window = self.schedule.window(self._windows_done, not_before=current + self.budget.defer_steps(elapsed))
+        self._warmup_start = self._window.warmup_start if self._window else math.inf
+
+    def stop(self) -> None:
+        """After an error: no further window; the session, if any, is released without saving."""
+        self._window = None
+        self._warmup_start = math.inf
+        self.watching = False
+        self._step_range = None
+        self._open_ranges.clear()
+        session, self._session = self._session, None
+        if session is not None:
+            session.release()
