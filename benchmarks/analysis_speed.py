@@ -1,15 +1,20 @@
 """How fast (and in how much memory) a large Kineto trace is read: our reader and analysis vs json.load and peers.
 
-A trace of at least ``--events`` events is built by replicating a real H200 trace (timestamps shifted by the
-window length per copy; External ids, correlations, Python ids, flow ids and ProfilerStep numbers shifted so the
-copies stay consistent), written as ``.json`` and ``.json.gz``. Each measurement runs in its own subprocess,
+A trace of at least ``--events`` events is built by replicating a real H200 trace (``--trace replicated``, the
+default: timestamps shifted by the window length per copy; External ids, correlations, Python ids, flow ids and
+ProfilerStep numbers shifted so the copies stay consistent; the ``with_stack`` source makes it mostly Python
+frames), or generated with a real run's event mix (``--trace synthetic``: kernels, runtime calls, nested
+operators, memory events; see ``synthetic_trace.py``), and written as ``.json`` and ``.json.gz``. Each measurement runs in its own subprocess,
 which reports its wall time and peak RSS. Peers (HTA, torch-tb-profiler) run in the ``.venv-peers`` virtualenv
 (``python3 -m venv .venv-peers && .venv-peers/bin/pip install HolisticTraceAnalysis torch-tb-profiler==0.4.3``);
 a peer that is missing or fails is reported with its error.
 
-    python benchmarks/analysis_speed.py [--events N] [--skip-peers] [--repeat R] [--source TRACE] [--out DIR]
+    python benchmarks/analysis_speed.py [--events N] [--trace replicated|synthetic] [--skip-peers] [--repeat R]
+        [--source TRACE] [--baseline DIR] [--tag TAG] [--out DIR]
 
 Our tools and ``json.load`` run ``--repeat`` times (median seconds, highest peak reported); peers run once.
+``--baseline DIR`` also measures read + analysis with the ``lightning_streamprof`` of another checkout (e.g. an
+earlier commit extracted with ``git archive``) on the same trace, for before/after comparisons on one machine.
 """
 
 from __future__ import annotations
@@ -124,6 +129,15 @@ def _child(tool: str, path: str) -> None:
         if analyze_table is not None:
             analyze_table(table)
         n = len(table)
+    elif tool == "analysis-only":
+        from lightning_streamprof.analysis import analyze_table
+        from lightning_streamprof.trace import read_trace
+
+        table = read_trace(path)
+        t0 = time.perf_counter()
+        analyze_table(table)
+        n = len(table)
+        note = "analysis.analyze_table of a table already read"
     elif tool == "json.load":
         t0 = time.perf_counter()
         with open(path, "rb") as f:
@@ -159,10 +173,11 @@ def _hwm_kb() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 
 
-def measure(python: str, tool: str, path: Path, timeout: float) -> dict:
-    """Run one measurement in a fresh subprocess; failures come back with their error."""
+def measure(python: str, tool: str, path: Path, timeout: float, code: Path = ROOT) -> dict:
+    """Run one measurement in a fresh subprocess (importing the package from ``code``); failures come back
+    with their error."""
     cmd = [python, str(Path(__file__).resolve()), "--child", tool, str(path)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(code)}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     except subprocess.TimeoutExpired:
@@ -176,11 +191,11 @@ def measure(python: str, tool: str, path: Path, timeout: float) -> dict:
     return {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
 
 
-def _repeated(python: str, tool: str, path: Path, timeout: float, times: int) -> dict:
+def _repeated(python: str, tool: str, path: Path, timeout: float, times: int, code: Path = ROOT) -> dict:
     """``times`` measurements: median seconds, highest peak, every run's seconds; the first failure ends it."""
     runs = []
     for _ in range(times):
-        result = measure(python, tool, path, timeout)
+        result = measure(python, tool, path, timeout, code)
         if "error" in result:
             return result
         runs.append(result)
@@ -198,6 +213,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--timeout", type=float, default=TIME_LIMIT_S)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each of our tools and of json.load")
+    parser.add_argument("--trace", choices=("replicated", "synthetic"), default="replicated")
+    parser.add_argument("--baseline", type=Path, help="another checkout whose read + analysis is measured too")
+    parser.add_argument("--tag", default="", help="appended to the result file names")
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -208,7 +226,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="analysis_speed-") as tmp:
         tmp_dir = Path(tmp)
         t0 = time.perf_counter()
-        json_path, gz_path, n_events = build_trace(args.source, args.events, tmp_dir)
+        if args.trace == "synthetic":
+            json_path, gz_path, n_events = build_synthetic(args.events, tmp_dir)
+        else:
+            json_path, gz_path, n_events = build_trace(args.source, args.events, tmp_dir)
         print(f"built {n_events} events in {time.perf_counter() - t0:.0f} s: "
               f"{json_path.stat().st_size / 1e6:.0f} MB json, {gz_path.stat().st_size / 1e6:.0f} MB gz", flush=True)
         hta_dir = tmp_dir / "hta"
@@ -218,21 +239,26 @@ def main() -> None:
         ours = sys.executable
         repeat = max(1, args.repeat)
         runs = [
-            ("lightning_streamprof read_trace (.json.gz)", ours, "read", gz_path, repeat),
-            ("lightning_streamprof read_trace (.json)", ours, "read", json_path, repeat),
-            ("lightning_streamprof read + analysis (.json.gz)", ours, "analysis", gz_path, repeat),
-            ("json.load (.json)", ours, "json.load", json_path, repeat),
+            ("lightning_streamprof read_trace (.json.gz)", ours, "read", gz_path, repeat, ROOT),
+            ("lightning_streamprof read_trace (.json)", ours, "read", json_path, repeat, ROOT),
+            ("lightning_streamprof read + analysis (.json.gz)", ours, "analysis", gz_path, repeat, ROOT),
+            ("lightning_streamprof analysis only", ours, "analysis-only", gz_path, repeat, ROOT),
         ]
+        if args.baseline is not None:
+            name = args.baseline.name
+            runs += [(f"baseline read + analysis (.json.gz): {name}", ours, "analysis", gz_path, repeat, args.baseline),
+                     (f"baseline analysis only: {name}", ours, "analysis-only", gz_path, repeat, args.baseline)]
+        runs.append(("json.load (.json)", ours, "json.load", json_path, repeat, ROOT))
         if not args.skip_peers:
             peers = str(PEERS_PYTHON)
             runs += [
-                ("HTA TraceAnalysis + temporal breakdown (.json.gz)", peers, "hta", hta_dir, 1),
-                ("torch-tb-profiler 0.4.3 loader (.json.gz)", peers, "tb-profiler", gz_path, 1),
+                ("HTA TraceAnalysis + temporal breakdown (.json.gz)", peers, "hta", hta_dir, 1, ROOT),
+                ("torch-tb-profiler 0.4.3 loader (.json.gz)", peers, "tb-profiler", gz_path, 1, ROOT),
             ]
         results = []
-        for label, python, tool, path, times in runs:
+        for label, python, tool, path, times, code in runs:
             print(f"{label} ...", flush=True)
-            result = {"tool": label, **_repeated(python, tool, path, args.timeout, times)}
+            result = {"tool": label, **_repeated(python, tool, path, args.timeout, times, code)}
             print(f"  {result}", flush=True)
             results.append(result)
 
@@ -245,7 +271,10 @@ def main() -> None:
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": _machine(),
             "command": command,
-            "source_trace": os.path.relpath(args.source, ROOT),
+            "trace": args.trace,
+            "source_trace": os.path.relpath(args.source, ROOT) if args.trace == "replicated" else "synthetic_trace.py",
+            "code": _code_version(),
+            "baseline": str(args.baseline) if args.baseline else None,
             "events": n_events,
             "json_bytes": json_path.stat().st_size,
             "gz_bytes": gz_path.stat().st_size,
@@ -253,10 +282,34 @@ def main() -> None:
             "results": results,
         }
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"analysis_speed-cpu-{dt.date.today():%Y%m%d}"
+    stem = args.out / f"analysis_speed-cpu-{dt.date.today():%Y%m%d}{args.tag}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     stem.with_suffix(".md").write_text(_markdown(report))
     print(_markdown(report))
+
+
+def build_synthetic(n_events: int, out_dir: Path) -> tuple[Path, Path, int]:
+    """``big.pt.trace.json`` and ``.json.gz`` generated with a real run's event mix (``synthetic_trace.py``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from synthetic_trace import synthetic_trace, write_trace
+
+    doc = synthetic_trace(n_events)
+    json_path, gz_path = out_dir / "big.pt.trace.json", out_dir / "big.pt.trace.json.gz"
+    write_trace(doc, json_path)
+    _gzip_file(json_path, gz_path)
+    return json_path, gz_path, len(doc["traceEvents"])
+
+
+def _code_version() -> str:
+    """The measured checkout's git commit (with a note when it has changes)."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lightning_streamprof"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + (" + uncommitted changes" if dirty else "")
+    except OSError:
+        return "?"
 
 
 def _machine() -> dict:
@@ -277,8 +330,9 @@ def _markdown(report: dict) -> str:
         "",
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, {m['platform']}",
         f"- command: `{report['command']}`",
-        f"- trace: {report['events']:,} events replicated from `{report['source_trace']}`; "
+        f"- trace ({report.get('trace', 'replicated')}): {report['events']:,} events from `{report['source_trace']}`; "
         f"{report['json_bytes'] / 1e6:,.0f} MB as .json, {report['gz_bytes'] / 1e6:,.0f} MB as .json.gz",
+        f"- code measured: {report.get('code', '?')}",
         f"- each run is its own subprocess (time limit {report['time_limit_s']:.0f} s); seconds: median of the runs "
         "(wall time of the read/analysis itself, imports excluded); peak MB: highest peak RSS (VmHWM) of the runs",
         "",

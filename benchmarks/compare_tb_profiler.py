@@ -2,16 +2,19 @@
 
     .venv/bin/python benchmarks/compare_tb_profiler.py [TRACES ...] [--tbp-python .venv-tbp/bin/python] [--no-fail]
 
-Default traces: ``tests/fixtures/traces/*.pt.trace.json.gz``. torch-tb-profiler runs in its own venv
-(``benchmarks/tbp_reference.py`` through ``--tbp-python``), in three modes: as released, ``corrected_ab``
-(the two misreadings of recent-torch traces fixed: ``cuda_runtime``/``cuda_driver`` read as Runtime,
-GPU-side ``ProfilerStep#N`` copies not counted as steps) and ``corrected`` (those two plus DataLoader
-``user_annotation`` events kept; see tbp_reference.py). Ours runs in-process:
-``lightning_streamprof.analysis.analyze_table(read_trace(path)).to_json()``.
+Default traces: ``tests/fixtures/traces/*.pt.trace.json.gz``, which include, once captured on a GPU, the two
+Lightning-made traces of :data:`LIGHTNING_TRACES` (GPU augmentation in ``on_after_batch_transfer``, recorded by
+Lightning's ``PyTorchProfiler`` and by ``StreamProfiler``); those absent are listed and skipped. torch-tb-profiler
+runs in its own venv (``benchmarks/tbp_reference.py`` through ``--tbp-python``), in four modes: as released,
+``corrected_ab`` (the two misreadings of recent-torch traces fixed: ``cuda_runtime``/``cuda_driver`` read as
+Runtime, GPU-side ``ProfilerStep#N`` copies not counted as steps), ``corrected_dataloader`` (those two plus the
+DataLoader ``user_annotation`` events kept) and ``corrected`` (those two plus every ``user_annotation`` kept, as
+torch-tb-profiler's later code does; see tbp_reference.py). Ours runs in-process:
+``lightning_streamprof.analysis.analyze_table(read_trace(path))`` encoded as its JSON.
 
 Writes ``benchmarks/results/compare_tb_profiler-<YYYYMMDD>.json`` and ``.md``. Targets, against
 ``corrected``: GPU utilization, Est. SM efficiency and Est. achieved occupancy within 0.5 percentage points
-per device; same step count; mean step time and every breakdown category within 1% of the (corrected)
+per device; same step count; mean step time and every breakdown category within 2% of the (corrected)
 mean step time. Exit status: 0 all targets met, 1 a target failed, 2 ours or the reference could not run;
 ``--no-fail`` always exits 0 (report only).
 """
@@ -34,6 +37,9 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE_SCRIPT = os.path.join(ROOT, "benchmarks", "tbp_reference.py")
 DEFAULT_TRACES = os.path.join(ROOT, "tests", "fixtures", "traces", "*.pt.trace.json.gz")
+#: traces made by Lightning's loop (captured on a GPU; compared when present)
+LIGHTNING_TRACES = tuple(os.path.join(ROOT, "tests", "fixtures", "traces", f"{name}.pt.trace.json.gz")
+                         for name in ("lightning_pytorchprofiler_augment", "streamprof_augment"))
 DEFAULT_TBP_PYTHON = os.path.join(ROOT, ".venv-tbp", "bin", "python")
 
 GPU_METRICS = (("utilization", "GPU utilization"), ("sm_efficiency", "Est. SM efficiency"),
@@ -41,10 +47,10 @@ GPU_METRICS = (("utilization", "GPU utilization"), ("sm_efficiency", "Est. SM ef
 CATEGORIES = (("kernel", "Kernel"), ("memcpy", "Memcpy"), ("memset", "Memset"),
               ("communication", "Communication"), ("runtime", "Runtime"), ("dataloader", "DataLoader"),
               ("cpu_exec", "CPU Exec"), ("other", "Other"))
-REFERENCE_MODES = ("released", "corrected_ab", "corrected")
+REFERENCE_MODES = ("released", "corrected_ab", "corrected_dataloader", "corrected")
 TARGET_MODE = "corrected"
 GPU_TOL = 0.005  # fraction: 0.5 percentage points
-STEP_TOL = 0.01  # fraction of the mean step time
+STEP_TOL = 0.02  # fraction of the mean step time
 
 
 # --------------------------------------------------------------------------------------------- running
@@ -77,10 +83,11 @@ def load_ours(spec: str):
         mod_name, _, func = spec.partition(":")
         return getattr(importlib.import_module(mod_name), func)
     from lightning_streamprof.analysis import analyze_table  # noqa: PLC0415 - may not exist yet
+    from lightning_streamprof.results import to_builtins  # noqa: PLC0415
     from lightning_streamprof.trace import read_trace  # noqa: PLC0415
 
     def ours(path: str) -> dict:
-        return analyze_table(read_trace(path)).to_json()
+        return to_builtins(analyze_table(read_trace(path)))
 
     return ours
 
@@ -153,7 +160,8 @@ def compare(ref: dict, ours: dict | None) -> dict:
             ok = diff is not None and tol_ms is not None and abs(diff) <= tol_ms
             if not ok:
                 failures.append(f"{metric}: ours {_ms(mine)} ms vs corrected {_ms(vals[TARGET_MODE])} ms "
-                                f"(diff {_ms(diff)} ms = {_share(diff, step_ms)} of the step; tolerance 1%)")
+                                f"(diff {_ms(diff)} ms = {_share(diff, step_ms)} of the step; "
+                                f"tolerance {STEP_TOL:.0%})")
         rows.append({"metric": metric, "key": key, "unit": "ms", **vals, "ours": mine, "diff": diff,
                      "diff_share_of_step": None if diff is None or not step_ms else diff / step_ms,
                      "tolerance": tol_ms, "ok": ok})
@@ -210,13 +218,15 @@ def markdown(report: dict) -> str:
            "",
            "Columns: **released** = torch-tb-profiler 0.4.3 as published; **corrected (a+b)** = with "
            "`cuda_runtime`/`cuda_driver` read as Runtime and GPU-side `ProfilerStep#N` copies not counted as "
-           "steps; **corrected** = (a+b) plus DataLoader `user_annotation` events kept (0.4.3 drops every "
-           "`user_annotation` but ProfilerStep and collectives, so its DataLoader is always 0 on recent torch); "
-           "**ours** = `analyze_table(read_trace(path)).to_json()`; **diff** = ours − corrected.",
+           "steps; **(a+b) + DataLoader** = (a+b) plus the DataLoader `user_annotation` events kept; "
+           "**corrected** = (a+b) plus every `user_annotation` kept, as torch-tb-profiler's later code does "
+           "(0.4.3 drops every `user_annotation` but ProfilerStep and collectives, so on recent torch its "
+           "DataLoader is 0 and the time in `record_function` ranges such as Lightning's `[pl][profile]` actions "
+           "is Other); **ours** = `analyze_table(read_trace(path))`; **diff** = ours − corrected.",
            "",
            "Targets (against corrected): GPU utilization, Est. SM efficiency, Est. achieved occupancy within "
            "0.5 percentage points per device; same step count; mean step time and each breakdown category "
-           "within 1% of the mean step time. Breakdown values are per-step means in ms.",
+           f"within {STEP_TOL:.0%} of the mean step time. Breakdown values are per-step means in ms.",
            ""]
     if report.get("ours_error"):
         out += [f"**Ours did not run**: `{report['ours_error'].splitlines()[-1]}`", ""]
@@ -224,6 +234,8 @@ def markdown(report: dict) -> str:
         out += [f"**Reference error**: `{report['reference_error'][-500:]}`", ""]
     verdict = {True: "PASS", False: "FAIL", None: "NOT CHECKED"}[report["pass"]]
     out += [f"**Overall: {verdict}**", ""]
+    if report.get("skipped_absent"):
+        out += ["Not captured yet, skipped: " + ", ".join(f"`{p}`" for p in report["skipped_absent"]), ""]
     for t in report["traces"]:
         info = t.get("trace_info", {})
         out += [f"## {os.path.relpath(t['trace'], ROOT)}", "",
@@ -234,15 +246,16 @@ def markdown(report: dict) -> str:
             err = (t["reference"].get("modes", {}).get(m) or {}).get("error")
             if err:
                 out += [f"reference {m} failed: `{err}`", ""]
-        out += ["| metric | released | corrected (a+b) | corrected | ours | diff | ok |",
-                "| --- | ---: | ---: | ---: | ---: | ---: | :-: |"]
+        out += ["| metric | released | corrected (a+b) | (a+b) + DataLoader | corrected | ours | diff | ok |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | :-: |"]
         for r in t["rows"]:
             ok = {True: "✓", False: "✗", None: ""}[r["ok"]]
             diff = _cell(r, r["diff"], diff=True)
             if r["unit"] == "ms" and r.get("diff_share_of_step") is not None:
                 diff += f" ({100 * r['diff_share_of_step']:+.2f}% of step)"
             out.append(f"| {r['metric']} | {_cell(r, r['released'])} | {_cell(r, r['corrected_ab'])} | "
-                       f"{_cell(r, r['corrected'])} | {_cell(r, r['ours'])} | {diff} | {ok} |")
+                       f"{_cell(r, r['corrected_dataloader'])} | {_cell(r, r['corrected'])} | {_cell(r, r['ours'])} | "
+                       f"{diff} | {ok} |")
         out.append("")
         steps = (t["reference"].get("modes", {}).get(TARGET_MODE) or {}).get("steps", {})
         if steps.get("per_step"):
@@ -312,6 +325,9 @@ def main(argv=None) -> int:
     traces = [os.path.abspath(p) for p in (args.traces or sorted(glob.glob(DEFAULT_TRACES)))]
     if not traces:
         ap.error("no traces")
+    absent = [p for p in LIGHTNING_TRACES if not os.path.exists(p)] if not args.traces else []
+    for path in absent:
+        print(f"skipped (not captured yet): {os.path.relpath(path, ROOT)}", file=sys.stderr)
     now = datetime.datetime.now(datetime.timezone.utc)
     command = shlex.join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT)
                           else sys.executable, os.path.relpath(os.path.abspath(__file__), ROOT), *(argv or sys.argv[1:])])
@@ -351,6 +367,7 @@ def main(argv=None) -> int:
         "versions": {"ours": our_versions(), "tbp": tbp_versions},
         "targets": {"reference_mode": TARGET_MODE, "gpu_metrics_abs_tolerance": GPU_TOL,
                     "step_time_share_tolerance": STEP_TOL, "step_count": "equal"},
+        "skipped_absent": [os.path.relpath(p, ROOT) for p in absent],
         "reference_error": ref_error,
         "ours_error": ours_error,
         "pass": verdict,

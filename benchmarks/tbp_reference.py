@@ -21,14 +21,19 @@ cache_dir)`` (which runs ``.process()`` and ``.analyze()``), once per mode:
         makes every ``ProfilerStep#N`` of that type a ProfilerStepEvent, so each step is counted twice).
 ``corrected``
     (a) + (b) + (c): (c) the same ``trace.create_event`` wrapper returns
-    ``OperatorEvent(EventTypes.USER_ANNOTATION, event)`` for ``cat == 'user_annotation'`` events named
-    ``enumerate(DataLoader)#...__next__`` or ``enumerate(DataPipe)#...``. 0.4.3's ``create_trace_event``
-    returns ``None`` for every ``user_annotation`` that is neither a ProfilerStep nor a gloo/nccl collective,
-    and recent torch records the DataLoader ``__next__`` as ``user_annotation``; so DataLoader is 0 even
-    with (a) and (b). 0.4.3 itself expects these events to arrive: ``StepParser._parse_step`` tests
-    ``evt_type == EventTypes.USER_ANNOTATION`` for the DataLoader role and ``node.create_operator_node``
-    turns such an event into a ``DataLoaderNode`` -- both unreachable without (c). This is the mode the
-    comparison's targets use.
+    ``OperatorEvent(EventTypes.USER_ANNOTATION, event)`` for every ``cat == 'user_annotation'`` event but
+    ``ProfilerStep#N`` (which stays a step), as torch-tb-profiler's own later code does (``trace.py`` after 0.4.3
+    maps every ``user_annotation`` to an operator event). 0.4.3's ``create_trace_event`` returns ``None`` for every
+    ``user_annotation`` that is neither a ProfilerStep nor a gloo/nccl collective, while recent torch records
+    ``record_function`` ranges -- the DataLoader's ``enumerate(DataLoader)#...__next__``, ``Optimizer.step``,
+    Lightning's ``[pl][profile]`` actions -- as ``user_annotation``; so DataLoader is 0 and the time inside those
+    ranges falls to Other even with (a) and (b). 0.4.3 itself expects these events to arrive:
+    ``StepParser._parse_step`` tests ``evt_type == EventTypes.USER_ANNOTATION`` for the DataLoader and CPU Exec
+    roles and ``node.create_operator_node`` turns a DataLoader range into a ``DataLoaderNode`` -- all unreachable
+    without (c). This is the mode the comparison's targets use.
+``corrected_dataloader``
+    (a) + (b) and only the DataLoader ``user_annotation`` events kept (the previous ``corrected``): the Lightning
+    ranges are then Other, for comparison.
 
 Nothing else is changed: the patches only decide which ``BaseEvent`` objects exist; all timing logic is
 0.4.3's. Two read-only wrappers record the step spans (``OverallParser.aggregate``'s ``steps`` argument)
@@ -47,7 +52,7 @@ import sys
 import tempfile
 import traceback
 
-MODES = ("released", "corrected_ab", "corrected")
+MODES = ("released", "corrected_ab", "corrected_dataloader", "corrected")
 #: torch-tb-profiler ProfileRole index -> our breakdown key
 ROLE_KEYS = (
     ("Kernel", "kernel"),
@@ -78,7 +83,8 @@ def patched(mode: str):
     if mode == "released":
         yield
         return
-    fix_dataloader = mode == "corrected"
+    keep_annotations = mode == "corrected"
+    fix_dataloader = mode in ("corrected", "corrected_dataloader")
     saved_map = dict(trace.EventTypeMap)
     original_create_event = trace.create_event
 
@@ -88,7 +94,8 @@ def patched(mode: str):
         if event.get("ph") == "X" and isinstance(name, str):
             if cat == "gpu_user_annotation" and name.startswith("ProfilerStep#"):  # (b)
                 return None
-            if fix_dataloader and cat == "user_annotation" and _is_dataloader_name(name):  # (c)
+            if cat == "user_annotation" and not name.startswith("ProfilerStep#") and (
+                    keep_annotations or (fix_dataloader and _is_dataloader_name(name))):  # (c)
                 return OperatorEvent(EventTypes.USER_ANNOTATION, event)
         return original_create_event(event, is_pytorch_lightning)
 
