@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from lightning_streamprof import names
 from lightning_streamprof.analysis._links import Nesting, lookup, thread_keys
 from lightning_streamprof.analysis.frames import is_user_frame
 from lightning_streamprof.trace.table import EventTable, Kind
+
+if TYPE_CHECKING:
+    from lightning_streamprof.analysis.steps import Step
 
 DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
 LAUNCH_KINDS = (Kind.RUNTIME, Kind.DRIVER)
@@ -149,8 +153,8 @@ class TraceContext:
 
     # ------------------------------------------------------------------ steps
     @cached_property
-    def steps(self):
-        """The steps (:class:`lightning_streamprof.analysis.steps.Step`), in time order."""
+    def steps(self) -> tuple[Step, ...]:
+        """The steps, in time order (:func:`lightning_streamprof.analysis.steps.find_steps`)."""
         from lightning_streamprof.analysis.steps import find_steps
 
         return find_steps(self)

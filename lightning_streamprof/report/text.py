@@ -33,7 +33,8 @@ def render_analysis(result: Result, top: int = 10) -> str:
     for line in headline_lines(result):
         out.print(line, markup=False, highlight=False)
     for device in result.memory.devices:
-        out.print(f"  memory {device.device}: peak allocated {device.peak_allocated_bytes / 2**20:.1f} MiB",
+        where = f"rank {device.rank} window {device.window} {device.device}" if len(traces) > 1 else device.device
+        out.print(f"  memory {where}: peak allocated {device.peak_allocated_bytes / 2**20:.1f} MiB",
                   markup=False, highlight=False)
     for title, columns, rows in (("Kernels", _KERNELS, result.kernels), ("Operators", _OPERATORS, result.operators),
                                  ("Hot source lines", _SOURCE, result.source_lines),
