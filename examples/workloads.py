@@ -130,3 +130,70 @@ class SegmentationData(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(max(self.hparams.val_size, self.hparams.batch_size), seed=1, shuffle=False)
+
+
+class ArticleSegmenter(FrozenBackboneSegmenter):
+    """The frozen-backbone workload as the pipelining article writes it: the encoder takes float images and
+    ``training_step`` converts the uint8 batch right before it (``self.encoder(images.float())``)."""
+
+    def __init__(self, classes: int = 10, width: int = 32, lr: float = 0.01) -> None:
+        super().__init__(classes, width, lr)
+        layers = list(Encoder(width).children())[1:]  # no Normalize: the encoder takes float images
+        self.encoder = nn.Sequential(*layers).requires_grad_(False).eval()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            features = self.encoder(images.float())
+        return self.decoder(features)
+
+
+class ResidentImages(Dataset):
+    """``length`` items drawn from a fixed pool of random uint8 images held in memory (a loader that keeps up)."""
+
+    def __init__(self, length: int, image_size: int = 224, classes: int = 10, pool: int = 256, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.images = torch.randint(0, 256, (pool, 3, image_size, image_size), dtype=torch.uint8, generator=g)
+        self.labels = torch.randint(0, classes, (pool,), generator=g)
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        i = index % len(self.images)
+        return self.images[i], self.labels[i]
+
+
+class FrozenResNetClassifier(L.LightningModule):
+    """The most common real case: a frozen torchvision ResNet-50 (``weights=None``, eval) with a trainable linear
+    head; ``training_step`` normalises the uint8 batch before the backbone, as most training code does."""
+
+    def __init__(self, classes: int = 10, lr: float = 0.01, arch: str = "resnet50") -> None:
+        super().__init__()
+        import torchvision
+
+        self.save_hyperparameters()
+        backbone = getattr(torchvision.models, arch)(weights=None)
+        features = backbone.fc.in_features
+        backbone.fc = nn.Identity()
+        self.backbone = backbone.requires_grad_(False).eval()
+        self.head = nn.Linear(features, classes)
+        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1))
+
+    def train(self, mode: bool = True) -> FrozenResNetClassifier:
+        super().train(mode)
+        self.backbone.eval()
+        return self
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        images, labels = batch
+        x = (images.float() / 255 - self.mean) / self.std
+        with torch.no_grad():
+            features = self.backbone(x)
+        loss = nn.functional.cross_entropy(self.head(features), labels)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.head.parameters(), lr=self.hparams.lr, momentum=0.9)

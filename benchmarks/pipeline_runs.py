@@ -1,0 +1,243 @@
+"""Whole training runs as a user pays for them, serial against StreamPipeline, in paired rounds; 1 or 2 GPUs.
+
+    python benchmarks/pipeline_runs.py --workloads article:8,article:32,resnet50:32,resnet50:32:bf16 --rounds 5
+    python benchmarks/pipeline_runs.py --devices 2 --workloads resnet50:16 --configs serial,on,auto --rounds 5
+
+Each run trains ``--steps`` steps and is timed from step 10 to its end (auto's trials and a profiler's windows
+included). Every configuration runs once per round, in an order rotated each round, so that the host's drift
+falls on all of them alike; the table gives the median steps/s, each configuration's ratio to serial per round
+and its median. Workloads (``examples/workloads.py``, written as people write them):
+
+- ``article``: the frozen-backbone segmentation of the pipelining article; ``training_step`` calls
+  ``self.encoder(images.float())`` on the uint8 batch (256x256, int64 label maps made by loader workers);
+- ``resnet50``: a frozen torchvision ResNet-50 (``weights=None``, eval) with a linear head; ``training_step``
+  normalises the uint8 224x224 batch before the backbone;
+- ``augment``: the GPU-augmentation classifier (per-sample crop, resize, rotation, blur, normalize in
+  ``on_after_batch_transfer``).
+
+A third field picks the precision (``bf16`` -> ``bf16-mixed``, ``16`` -> ``16-mixed``). Configurations:
+``serial`` (no callback), ``auto`` (``StreamPipeline()``, no arguments), ``on`` (``mode="on"``: staging thread),
+``on_inline``, ``on+graph`` (``cuda_graph=True``), ``copy`` (``backbone=False``, inline: the copy alone),
+``copy_nopin`` (the same, ``pin_memory=False``). ``--profile CONFIG,...`` adds a StreamProfiler window at step
+``--profile-at`` to those configurations' last round (its traces and summary under ``--out``).
+Under ``--devices 2`` Lightning's DDP launcher runs this script once per rank; rank 0 writes the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, ROOT)
+
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+from _bench import command_args  # noqa: E402
+from gpu_augmentation import Classifier, RandomImages  # noqa: E402
+from workloads import ArticleSegmenter, FrozenResNetClassifier, ResidentImages, SegmentationData  # noqa: E402
+
+from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
+
+PRECISIONS = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
+CONFIGS = {
+    "serial": None,
+    "auto": {},
+    "on": {"mode": "on"},
+    "on_inline": {"mode": "on", "staging_thread": False},
+    "on+graph": {"mode": "on", "cuda_graph": True},
+    "copy": {"mode": "on", "backbone": False, "staging_thread": False},
+    "copy_nopin": {"mode": "on", "backbone": False, "staging_thread": False, "pin_memory": False},
+}
+START = 10  # runs are timed from this step to their end
+
+
+class RunClock(L.Callback):
+    """Wall time from global step ``START`` to the end of training, and device memory along the way."""
+
+    def __init__(self) -> None:
+        self.t0 = self.t1 = None
+        self.n0 = self.n1 = 0
+        self.mem_early = self.mem_end = 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.t0 is None and trainer.global_step >= START:
+            _sync(trainer)
+            self.t0, self.n0 = time.perf_counter(), trainer.global_step
+        if trainer.global_step == 100 and torch.cuda.is_available():
+            self.mem_early = torch.cuda.memory_allocated()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        _sync(trainer)
+        self.t1, self.n1 = time.perf_counter(), trainer.global_step
+        if torch.cuda.is_available():
+            self.mem_end = torch.cuda.memory_allocated()
+
+    @property
+    def rate(self) -> float:
+        return (self.n1 - self.n0) / (self.t1 - self.t0)
+
+
+def _sync(trainer) -> None:
+    if trainer.strategy.root_device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def make(workload: str, batch: int, steps: int, world: int, workers: int, image_size: int | None):
+    n = batch * (steps + 2) * world
+    if workload == "article":
+        data = SegmentationData(batch, image_size or 256, n, workers=workers)
+        return ArticleSegmenter(), data.train_dataloader()
+    if workload == "resnet50":
+        data = ResidentImages(n, image_size or 224)
+    elif workload == "augment":
+        data = RandomImages(n, image_size or 256)
+    else:
+        raise SystemExit(f"pipeline_runs: unknown workload {workload!r}")
+    loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True,
+                        pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
+    return (FrozenResNetClassifier() if workload == "resnet50" else Classifier(image_size or 256)), loader
+
+
+def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profile_dir: str | None) -> dict:
+    workload, batch, precision = spec
+    L.seed_everything(0, verbose=False)
+    model, loader = make(workload, batch, args.steps, args.devices, args.workers, args.image_size)
+    clock = RunClock()
+    callbacks: list[L.Callback] = [clock]
+    pipe = None
+    if CONFIGS[config] is not None:
+        pipe = StreamPipeline(**CONFIGS[config])
+        callbacks.insert(0, pipe)
+    profiler = None
+    if profile_dir:
+        profiler = StreamProfiler(dirpath=profile_dir, skip_first=args.profile_at, warmup=2, active=3, every=0,
+                                  max_overhead=None)
+    trainer = L.Trainer(max_steps=args.steps, accelerator=args.accelerator, devices=args.devices,
+                        strategy="ddp" if args.devices > 1 else "auto", precision=PRECISIONS[precision],
+                        callbacks=callbacks, logger=False, profiler=profiler, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, max_epochs=-1)
+    trainer.fit(model, loader)
+    out = {"rate": clock.rate, "mem_early_mb": clock.mem_early / 2**20, "mem_end_mb": clock.mem_end / 2**20,
+           "rank": trainer.global_rank}
+    if pipe is not None:
+        out["report"] = pipe.report()
+        proxy = pipe._proxy
+        out["staged_outputs_used"] = proxy.hits if proxy is not None else 0
+        out["pipelined_steps"] = pipe.staged_batches
+    if profiler is not None:
+        out["summary"] = profiler.summary()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", default="article:8,article:32,resnet50:32,resnet50:32:bf16")
+    p.add_argument("--configs", default="serial,auto,on,on+graph")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--devices", type=int, default=1)
+    p.add_argument("--accelerator", default="gpu")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--image-size", type=int, default=None)
+    p.add_argument("--profile", default="", help="configurations whose last round records a StreamProfiler window")
+    p.add_argument("--profile-at", type=int, default=300)
+    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    p.add_argument("--tag", default=None)
+    args = p.parse_args()
+    torch.backends.cudnn.benchmark = True
+    configs = args.configs.split(",")
+    unknown = set(configs) - set(CONFIGS)
+    if unknown:
+        raise SystemExit(f"pipeline_runs: unknown configurations {sorted(unknown)}; known: {', '.join(CONFIGS)}")
+    profiled = set(filter(None, args.profile.split(",")))
+    rows = []
+    for item in args.workloads.split(","):
+        name, batch, *rest = item.split(":")
+        spec = (name, int(batch), rest[0] if rest else "32")
+        runs: dict[str, list[dict]] = {c: [] for c in configs}
+        for r in range(args.rounds):
+            k = r % len(configs)
+            for config in configs[k:] + configs[:k]:
+                last = r == args.rounds - 1
+                pdir = os.path.join(args.out, "traces", f"{name}{batch}-{spec[2]}-{config}") if last and config in profiled else None
+                res = run(spec, config, args, pdir)
+                runs[config].append(res)
+                if res["rank"] == 0:
+                    print(f"{item} round {r} {config}: {res['rate']:.1f} steps/s", flush=True)
+        rows.append(summarise(item, runs))
+        if rows[-1]["rank"] == 0:
+            write(rows, args)
+
+
+def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
+    rates = {c: [r["rate"] for r in rs] for c, rs in runs.items()}
+    row: dict = {"workload": item, "rank": next(iter(runs.values()))[0]["rank"], "rates": rates,
+                 "median": {c: statistics.median(v) for c, v in rates.items()}}
+    if "serial" in rates:
+        row["vs_serial_per_round"] = {c: [a / b for a, b in zip(v, rates["serial"])] for c, v in rates.items()
+                                      if c != "serial"}
+        row["vs_serial"] = {c: statistics.median(v) for c, v in row["vs_serial_per_round"].items()}
+    last = {c: rs[-1] for c, rs in runs.items()}
+    row["reports"] = {c: r.get("report", "") for c, r in last.items() if r.get("report")}
+    row["staged_outputs_used"] = {c: [r.get("staged_outputs_used", 0), r.get("pipelined_steps", 0)]
+                                  for c, r in last.items() if "report" in r}
+    row["memory_mb"] = {c: [round(r["mem_early_mb"], 1), round(r["mem_end_mb"], 1)] for c, r in last.items()}
+    row["summaries"] = {c: r["summary"] for c, r in last.items() if r.get("summary")}
+    return row
+
+
+def write(rows: list[dict], args: argparse.Namespace) -> None:
+    """The table so far (rewritten after each workload, so that a run cut short keeps what it measured)."""
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "CPU"
+    now = datetime.datetime.now(datetime.timezone.utc)
+    configs = args.configs.split(",")
+    lines = [f"# pipeline_runs ({args.devices} x {device}, {now:%Y-%m-%d})", "",
+             f"`python benchmarks/pipeline_runs.py {command_args()}`  ",
+             f"torch {torch.__version__}, lightning {L.__version__}; whole runs of {args.steps} steps timed from step"
+             f" {START} (trials and windows included); steps/s per rank, median of {args.rounds} paired rounds;"
+             " `x serial`: median of the per-round ratios", "",
+             "| workload | " + " | ".join(configs) + " | " + " | ".join(f"{c} x serial" for c in configs if c != "serial") + " |",
+             "| --- | " + " | ".join("---:" for _ in configs) + " | " + " | ".join("---:" for c in configs if c != "serial") + " |"]
+    for r in rows:
+        ratios = [f"{r['vs_serial'][c]:.3f}" if c in r.get("vs_serial", {}) else "-" for c in configs if c != "serial"]
+        lines.append(f"| {r['workload']} | " + " | ".join(f"{r['median'][c]:.1f}" for c in configs) + " | "
+                     + " | ".join(ratios) + " |")
+    lines += ["", "Per round, x serial:"]
+    for r in rows:
+        for c, v in r.get("vs_serial_per_round", {}).items():
+            lines.append(f"- {r['workload']} {c}: " + ", ".join(f"{x:.3f}" for x in v))
+    lines += ["", "Staged backbone outputs used / steps pipelined, device memory at step 100 and at the end (MB),"
+              " last round:"]
+    for r in rows:
+        for c, (used, piped) in r["staged_outputs_used"].items():
+            lines.append(f"- {r['workload']} {c}: {used} / {piped}; memory {r['memory_mb'][c]}")
+    lines += ["", "What the pipeline reported (last round):"]
+    for r in rows:
+        for c, text in r["reports"].items():
+            lines.append(f"- {r['workload']} {c}: " + text.replace("\n", " | "))
+    text = "\n".join(lines) + "\n"
+    tag = args.tag or f"{'x'.join([str(args.devices)])}gpu-{now:%Y%m%d}"
+    os.makedirs(args.out, exist_ok=True)
+    result = {"benchmark": "pipeline_runs", "date": now.isoformat(timespec="seconds"), "device": device,
+              "devices": args.devices, "host": platform.machine(),
+              "command": f"python benchmarks/pipeline_runs.py {command_args()}",
+              "versions": {"torch": torch.__version__, "lightning": L.__version__},
+              "args": {k: v for k, v in vars(args).items() if k != "out"}, "rows": rows}
+    with open(os.path.join(args.out, f"pipeline_runs-{tag}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.out, f"pipeline_runs-{tag}.md"), "w") as f:
+        f.write(text)
+    print(text, flush=True)
+
+
+if __name__ == "__main__":
+    main()
