@@ -120,7 +120,7 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     profiler = None
     if profile_dir:
         profiler = StreamProfiler(dirpath=profile_dir, skip_first=args.profile_at, warmup=2, active=3, every=0,
-                                  max_overhead=None)
+                                  max_overhead=None, with_stack=args.profile_stack)
     trainer = L.Trainer(max_steps=args.steps, accelerator=args.accelerator, devices=args.devices,
                         strategy="ddp" if args.devices > 1 else "auto", precision=PRECISIONS[precision],
                         callbacks=callbacks, logger=False, profiler=profiler, enable_checkpointing=False,
@@ -150,6 +150,7 @@ def main() -> None:
     p.add_argument("--image-size", type=int, default=None)
     p.add_argument("--profile", default="", help="configurations whose last round records a StreamProfiler window")
     p.add_argument("--profile-at", type=int, default=300)
+    p.add_argument("--profile-stack", action="store_true", help="record Python stacks in the profiled windows")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--tag", default=None)
     args = p.parse_args()
