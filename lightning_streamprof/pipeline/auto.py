@@ -6,162 +6,218 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-SERIAL = "serial"
+from lightning_streamprof.pipeline.way import SERIAL, Way
+
 SETTLE = 3  # untimed steps at the start of each trial (the switch itself costs a step)
 
 
 def check_trial(trial: int, settle: int = SETTLE) -> None:
     """A trial must time at least one step after its untimed start."""
-    if trial <= settle:
-        raise ValueError(f"StreamPipeline: `trial` must be more than {settle} steps (the untimed start), got {trial}")
+    if isinstance(trial, bool) or not isinstance(trial, int) or trial <= settle:
+        raise ValueError(f"StreamPipeline: `trial` must be more than {settle} steps (the untimed start), got {trial!r}")
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """Mean ms per step of each candidate in one round of trials, each trial's ms per step, and the choice."""
+    """Mean ms per step of each way in one round of trials, each trial's ms per step, the ways that lost
+    clearly (their trial was cut short), and the choice."""
 
-    ms: dict[str, float]
-    choice: str
-    trials: dict[str, list[float]] = field(default_factory=dict)
+    ms: dict[Way, float]
+    choice: Way
+    trials: dict[Way, list[float]] = field(default_factory=dict)
+    clear_losers: tuple[Way, ...] = ()
 
-    def worst_gain(self, candidate: str) -> float:
-        """The candidate's gain over serial from its slowest trial against serial's fastest."""
+    def worst_gain(self, way: Way) -> float:
+        """The way's gain over serial from its slowest trial against serial's fastest."""
         if not self.trials:
-            return self.serial_ms / self.ms[candidate] - 1.0
-        return min(self.trials[SERIAL]) / max(self.trials[candidate]) - 1.0
+            return self.serial_ms / self.ms[way] - 1.0
+        return min(self.trials[SERIAL]) / max(self.trials[way]) - 1.0
 
     @property
     def serial_ms(self) -> float:
         return self.ms[SERIAL]
 
     @property
-    def best(self) -> str:
-        """The fastest pipelined candidate."""
-        return min((c for c in self.ms if c != SERIAL), key=self.ms.__getitem__)
-
-    @property
-    def pipelined_ms(self) -> float:
-        return self.ms[self.best]
+    def best(self) -> Way:
+        """The fastest pipelined way."""
+        return min((w for w in self.ms if w != SERIAL), key=self.ms.__getitem__)
 
     @property
     def gain(self) -> float:
-        """The fastest pipelined candidate's throughput over serial throughput, minus one."""
-        return self.serial_ms / self.pipelined_ms - 1.0
+        """The fastest pipelined way's throughput over serial throughput, minus one."""
+        return self.serial_ms / self.ms[self.best] - 1.0
 
 
 @dataclass(frozen=True)
 class Revert:
     """The chosen pipelined way ran slower than serial's trials in steady state, so serial took over."""
 
-    way: str
+    way: Way
     steady_ms: float
     serial_ms: float
 
 
 class AutoSwitch:
-    """Trials of ``trial`` steps per candidate, in turn and twice (serial, then each pipelined way, then
-    again, so that drift in the loader or the machine cancels out); then the fastest runs for ``recheck``
-    steps. Each round of trials that confirms the previous choice doubles the steps until the next round, up
-    to ``max_recheck`` (default 8 x ``recheck``), so that a stable run spends ever less time in trials of
-    slower ways; a changed choice or a revert starts again from ``recheck``.
+    """Trials of ``trial`` steps per way, in turn (serial first, then each pipelined way; the first round of
+    trials twice over, so that drift in the loader or the machine cancels out); then the fastest runs for
+    ``recheck`` steps. A pipelined way is kept only when every one of its trials is faster than every serial
+    trial by more than ``margin`` (a gain smaller than the trials' own spread is noise); of those, the fastest
+    on average wins. Each trial's first ``settle`` steps are not timed (the switch itself costs a step).
 
-    A pipelined candidate is kept only when every one of its trials is faster than every serial trial by more
-    than ``margin`` (a gain smaller than the trials' own spread is noise); of those, the fastest on average
-    wins. Each trial's
-    first ``settle`` steps are not timed (the switch itself costs a step). ``sync`` waits for the device at
-    trial edges.
+    Trials cost what the slower ways lose, so they are kept short: a pipelined trial whose first
+    ``abort_after`` timed steps run slower than serial's trial by more than ``clear_loss`` ends there, and that
+    way sits out the following rounds until the choice changes (a clear loser is not tried every round). Each
+    round that confirms the choice doubles the steps to the next (up to ``max_recheck``, default 8 x
+    ``recheck``), and a confirming round times serial and the choice once each.
 
-    While a pipelined way runs, its steady state is timed every ``watch`` steps (one ``sync`` per window);
-    a window slower than serial's mean trial time by more than ``margin`` switches to serial until the next
-    round of trials, so a misjudged trial cannot keep training slower than serial for long.
+    While a pipelined way runs, its steady state is timed every ``watch`` steps; a window slower than serial's
+    mean trial by more than ``margin`` hands over to serial until the next round, so that a misjudged trial
+    cannot keep training slower than serial for long.
 
+    ``clock`` gives seconds (a fake one in tests); ``sync`` waits for the device before each reading;
     ``reduce`` averages timings across processes (DDP ranks; every rank calls it at the same steps) so that
     all ranks decide alike from the same numbers.
     """
 
     def __init__(
-        self, candidates: Sequence[str] = (SERIAL, "pipelined"), warmup: int = 20, trial: int = 30,
-        recheck: int = 1000, margin: float = 0.02, settle: int = SETTLE, rounds: int = 2, watch: int = 200,
-        sync: Callable[[], None] = lambda: None, max_recheck: int | None = None,
-        reduce: Callable[[list[float]], list[float]] = lambda values: values,
+        self, ways: Sequence[Way], warmup: int = 20, trial: int = 20, recheck: int = 1000, margin: float = 0.02,
+        settle: int = SETTLE, rounds: int = 2, watch: int = 200, abort_after: int = 5, clear_loss: float = 0.1,
+        sync: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.perf_counter,
+        max_recheck: int | None = None, reduce: Callable[[list[float]], list[float]] = lambda values: values,
     ) -> None:
-        if not candidates or candidates[0] != SERIAL or len(candidates) < 2:
-            raise ValueError(f"AutoSwitch: candidates must start with {SERIAL!r} and name a pipelined way")
+        if not ways or ways[0] != SERIAL or len(ways) < 2 or len(set(ways)) != len(ways):
+            raise ValueError("AutoSwitch: ways must start with serial and name distinct pipelined ways")
         check_trial(trial, settle)
-        self.candidates = tuple(candidates)
+        self.ways = tuple(ways)
         self.warmup, self.trial, self.recheck, self.margin, self.settle = warmup, trial, recheck, margin, settle
+        self.rounds, self.watch, self.clear_loss = rounds, watch, clear_loss
+        self.abort_after = max(1, min(abort_after, trial - settle))
         self.max_recheck = 8 * recheck if max_recheck is None else max(max_recheck, recheck)
+        self.sync, self.clock, self.reduce = sync, clock, reduce
         self.interval = recheck  # steps from the last decision to the next round of trials
-        self._reverts_seen = 0
-        self.sync = sync
-        self.reduce = reduce
-        self.rounds = rounds
-        self.order = self.candidates * rounds
-        self.choice = SERIAL
+        self.choice: Way = SERIAL
         self.history: list[Measurement] = []
         self.reverts: list[Revert] = []
-        self.watch = watch
-        self._watch_left = 0
-        self._w0 = 0.0
-        self._phase = -1  # -1: warm-up or running the choice; else the index into ``order``
+        self.sitting_out: dict[Way, int] = {}  # rounds left to sit out, per way that lost clearly
+        self._losses: dict[Way, int] = {}  # clear losses in a row, per way
+        self._reverts_seen = 0
+        self._order: list[Way] = []
+        self._phase = -1  # -1: warm-up or running the choice; else the index into ``_order``
         self._left = warmup
         self._t0 = 0.0
-        self._times: dict[str, list[float]] = {}
+        self._times: dict[Way, list[float]] = {}
+        self._cut: list[Way] = []
+        self._watch_left = 0
+        self._w0 = 0.0
 
     @property
     def pipelined(self) -> bool:
         return self.choice != SERIAL
 
-    def drop(self, candidate: str) -> None:
-        """Stop trying a pipelined ``candidate`` (takes effect from the next round of trials; serial and one
-        pipelined way always stay)."""
-        if candidate in self.candidates[1:] and len(self.candidates) > 2 and self._phase < 0:
-            self.candidates = tuple(c for c in self.candidates if c != candidate)
-            self.order = self.candidates * self.rounds
+    @property
+    def in_trials(self) -> bool:
+        return self._phase >= 0
 
-    def step(self) -> str:
-        """Call once per training batch; returns the candidate to use for this batch's successor."""
+    def step(self) -> Way:
+        """Call once per training batch; returns the way for this batch's successor."""
         self._left -= 1
-        if self._phase >= 0 and self._left == self.trial - self.settle:
-            self.sync()
-            self._t0 = time.perf_counter()
-        elif self._phase < 0 and self.choice != SERIAL:
+        if self._phase >= 0:
+            self._trial_step()
+        elif self.choice != SERIAL:
             self._watch_step()
         if self._left > 0:
             return self.choice
         if self._phase < 0:
-            self._times = {c: [] for c in self.candidates}
-            self._enter(0)
+            self._start_round()
         else:
-            self._times[self.order[self._phase]].append(self._elapsed_ms())
-            if self._phase + 1 < len(self.order):
-                self._enter(self._phase + 1)
-            else:
-                self._decide()
+            self._end_trial(self._elapsed_ms())
         return self.choice
 
+    # ------------------------------------------------------------------ trials
+
+    def _start_round(self) -> None:
+        reverted = len(self.reverts) > self._reverts_seen
+        if reverted:
+            self.sitting_out.clear()  # conditions changed: every way may be tried again
+        tried = [w for w in self.ways if not self.sitting_out.get(w)]
+        self.sitting_out = {w: n - 1 for w, n in self.sitting_out.items() if n > 1}
+        confirming = bool(self.history) and not reverted and self.history[-1].choice in tried
+        if confirming and self.history[-1].choice != SERIAL:
+            tried = [SERIAL, self.history[-1].choice]
+        if len(tried) < 2:  # every pipelined way sits out: keep serial, look again later
+            self._settle_choice(SERIAL, confirmed=True)
+            return
+        self._order = tried * (1 if confirming else self.rounds)
+        self._times = {w: [] for w in tried}
+        self._cut = []
+        self._enter(0)
+
+    def _trial_step(self) -> None:
+        way = self._order[self._phase]
+        done = self.trial - self._left
+        if done == self.settle:
+            self.sync()
+            self._t0 = self.clock()
+        elif way != SERIAL and done == self.settle + self.abort_after < self.trial and self._times[SERIAL]:
+            ms = self._elapsed_ms(self.abort_after)
+            if ms > min(self._times[SERIAL]) * (1 + self.clear_loss):
+                self._cut.append(way)
+                self._end_trial(ms)  # the trial ends at this step
+
+    def _elapsed_ms(self, steps: int | None = None) -> float:
+        self.sync()
+        steps = self.trial - self.settle if steps is None else steps
+        return self.reduce([(self.clock() - self._t0) * 1e3 / steps])[0]
+
+    def _end_trial(self, ms: float) -> None:
+        self._times[self._order[self._phase]].append(ms)
+        nxt = self._phase + 1
+        while nxt < len(self._order) and self._order[nxt] in self._cut:
+            nxt += 1  # a way that lost clearly is not tried again in this round
+        if nxt < len(self._order):
+            self._enter(nxt)
+        else:
+            self._decide()
+
+    def _enter(self, phase: int) -> None:
+        self._phase, self.choice, self._left = phase, self._order[phase], self.trial
+        if self.settle == 0:  # timed from the switch itself
+            self.sync()
+            self._t0 = self.clock()
+
     def _decide(self) -> None:
-        flat = self.reduce([t for c in self.candidates for t in self._times[c]])
-        self._times = {c: flat[i * self.rounds:(i + 1) * self.rounds] for i, c in enumerate(self.candidates)}
-        ms = {c: sum(t) / len(t) for c, t in self._times.items()}
-        m = Measurement(ms, SERIAL, {c: list(t) for c, t in self._times.items()})
-        clear = [c for c in self.candidates[1:] if m.worst_gain(c) > self.margin]
+        cut = set(self._cut)
+        ms = {w: sum(t) / len(t) for w, t in self._times.items()}
+        m = Measurement(ms, SERIAL, {w: list(t) for w, t in self._times.items()}, tuple(self._cut))
+        clear = [w for w in self._times if w != SERIAL and w not in cut and m.worst_gain(w) > self.margin]
         choice = min(clear, key=ms.__getitem__) if clear else SERIAL
-        confirmed = bool(self.history) and self.history[-1].choice == choice and len(self.reverts) == self._reverts_seen
+        previous = self.history[-1].choice if self.history else None
+        confirmed = previous == choice and len(self.reverts) == self._reverts_seen
+        if not confirmed:
+            self.sitting_out.clear()  # conditions changed: every way may be tried again
+        for way in self._times:
+            self._losses[way] = self._losses.get(way, 0) + 1 if way in cut else 0
+            if way in cut:  # sits out 1, 3, 7, ... rounds as it keeps losing clearly
+                self.sitting_out[way] = 2 ** self._losses[way] - 1
         self.history.append(replace(m, choice=choice))
+        self._settle_choice(choice, confirmed)
+
+    def _settle_choice(self, choice: Way, confirmed: bool) -> None:
         self._reverts_seen = len(self.reverts)
         self.interval = min(2 * self.interval, self.max_recheck) if confirmed else self.recheck
         self._phase, self.choice, self._left = -1, choice, self.interval
         self._watch_left = self.watch + self.settle  # the first window starts after the switch has settled
 
+    # ------------------------------------------------------------------ steady state
+
     def _watch_step(self) -> None:
         self._watch_left -= 1
         if self._watch_left == self.watch:
             self.sync()
-            self._w0 = time.perf_counter()
+            self._w0 = self.clock()
         elif self._watch_left == 0:
             self.sync()
-            now = time.perf_counter()
+            now = self.clock()
             steady = self.reduce([(now - self._w0) * 1e3 / self.watch])[0]
             serial = self.history[-1].serial_ms
             if steady > serial * (1 + self.margin):
@@ -169,10 +225,3 @@ class AutoSwitch:
                 self.choice = SERIAL
                 self._left = min(self._left, self.recheck)  # trials again soon
             self._w0, self._watch_left = now, self.watch
-
-    def _elapsed_ms(self) -> float:
-        self.sync()
-        return (time.perf_counter() - self._t0) * 1e3 / (self.trial - self.settle)
-
-    def _enter(self, phase: int) -> None:
-        self._phase, self.choice, self._left = phase, self.order[phase], self.trial

@@ -8,6 +8,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from lightning_streamprof.pipeline.derivation import DerivationRecorder, Recipe
+from lightning_streamprof.pipeline.graph import GraphedForward
+
 
 def resolve_backbone(root: nn.Module, spec: str | nn.Module) -> tuple[str, nn.Module]:
     """``(dotted name, module)`` for a dotted path below ``root`` or a submodule object."""
@@ -43,31 +46,47 @@ def frozen_children(root: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 class BackboneProxy:
-    """Replaces ``module.forward`` (an instance attribute, so the state dict is unchanged): a call with the
-    staged input tensor returns the staged output, any other call computes normally."""
+    """Replaces ``module.forward`` (an instance attribute, so the state dict is unchanged) and serves the staged
+    output of the current training step: to a call with the staged input tensor itself, or, for an input that
+    ``training_step`` derives from the batch, to the step's first call with a tensor of the staged input's
+    shape, dtype and device, checked equal to the staged input on the first ``verify`` such steps (a mismatch
+    stops serving, with one warning). Any other call computes normally."""
 
-    def __init__(self, module: nn.Module, cuda_graph: bool = False, defer_capture: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, name: str, module: nn.Module, recipe: Recipe, graph: GraphedForward | None = None,
+                 verify: int = 2) -> None:
+        self.name = name
         self.module = module
+        self.recipe = recipe
         self._original: Callable[..., Any] = module.forward
-        self.graphed = GraphedForward(self._original, defer=defer_capture) if cuda_graph else None
-        self.use_graph = cuda_graph  # whether ``compute`` replays the graph (auto switches it per trial)
+        self.graphed = graph
+        self.use_graph = False  # whether ``compute`` replays the graph (auto switches it per trial)
+        self.verify_left = 0 if recipe.identity else verify
+        self.mismatch: str | None = None
         self.staged_input: torch.Tensor | None = None
         self.staged_output: Any = None
         self.hits = 0
         self.misses = 0
         module.forward = self._forward  # type: ignore[method-assign]
 
-    def compute(self, x: torch.Tensor) -> Any:
+    @property
+    def active(self) -> bool:
+        """Whether staged outputs may still be served (no mismatch was found)."""
+        return self.mismatch is None
+
+    def compute(self, batch: Any) -> tuple[torch.Tensor, Any]:
+        """The backbone's input made from a staged batch, and its output."""
+        x = self.recipe(batch)
         if self.graphed is not None and self.use_graph:
-            return self.graphed(x)
+            return x, self.graphed(x)
         with torch.no_grad():
-            return self._original(x)
+            return x, self._original(x)
 
     def serve(self, x: torch.Tensor | None, output: Any) -> None:
         self.staged_input, self.staged_output = x, output
 
     def _forward(self, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and not kwargs and self.staged_input is not None and args[0] is self.staged_input:
+        staged = self.staged_input
+        if staged is not None and len(args) == 1 and not kwargs and self._matches(args[0], staged):
             out = self.staged_output
             self.staged_input = self.staged_output = None
             self.hits += 1
@@ -75,25 +94,29 @@ class BackboneProxy:
         self.misses += 1
         return self._original(*args, **kwargs)
 
+    def _matches(self, x: Any, staged: torch.Tensor) -> bool:
+        if x is staged:
+            return True
+        if self.recipe.identity or not isinstance(x, torch.Tensor):
+            return False
+        if x.shape != staged.shape or x.dtype != staged.dtype or x.device != staged.device:
+            return False
+        if self.verify_left > 0:
+            if not torch.equal(x, staged):
+                self.mismatch = (f"the staged input ({self.recipe.describe()} of the batch) differs from the"
+                                 f" {_describe(x)} tensor `training_step` passes")
+                self.staged_input = self.staged_output = None
+                warnings.warn(f"StreamPipeline: backbone {self.name!r}: {self.mismatch}; it runs in the step from"
+                              " now on. Pass `backbone_input=` (a function of the batch) or move the conversion"
+                              " into `on_after_batch_transfer`.", stacklevel=3)
+                return False
+            self.verify_left -= 1
+        return True
+
     def remove(self) -> None:
         if self.module.__dict__.get("forward") == self._forward:
             del self.module.forward
         self.staged_input = self.staged_output = None
-
-
-def find_batch_input(batch: Any, tensor: torch.Tensor) -> Callable[[Any], torch.Tensor] | None:
-    """A getter for the position of ``tensor`` inside ``batch`` (tensor, sequence or mapping)."""
-    if batch is tensor:
-        return lambda b: b
-    if isinstance(batch, (list, tuple)):
-        for i, item in enumerate(batch):
-            if item is tensor:
-                return lambda b, i=i: b[i]
-    if isinstance(batch, dict):
-        for key, item in batch.items():
-            if item is tensor:
-                return lambda b, key=key: b[key]
-    return None
 
 
 def default_batch_input(batch: Any) -> torch.Tensor:
@@ -109,114 +132,77 @@ def default_batch_input(batch: Any) -> torch.Tensor:
     raise ValueError("StreamPipeline: cannot tell which tensor of the batch the backbone takes; pass `backbone_input`")
 
 
-class GraphedForward:
-    """The backbone's forward captured as CUDA graphs, one per input (shape, dtype), for fixed-shape batches.
+def batch_tensors(batch: Any) -> list[tuple[torch.Tensor, Callable[[Any], torch.Tensor]]]:
+    """Each tensor of a batch (a tensor, a sequence or a mapping of them) with a getter for its position."""
+    if isinstance(batch, torch.Tensor):
+        return [(batch, lambda b: b)]
+    if isinstance(batch, (list, tuple)):
+        return [(t, lambda b, i=i: b[i]) for i, t in enumerate(batch) if isinstance(t, torch.Tensor)]
+    if isinstance(batch, dict):
+        return [(t, lambda b, k=k: b[k]) for k, t in batch.items() if isinstance(t, torch.Tensor)]
+    return []
 
-    Replays on the current (side) stream; the output is cloned so that the next replay cannot overwrite a
-    result the training stream still reads. After ``max_graphs`` shapes, new shapes run eagerly; a forward
-    that cannot be captured (a host synchronisation, a CPU operation) runs eagerly from then on, with one
-    warning (``failure`` keeps the reason).
 
-    Where ``defer()`` is true (on the staging thread) a new shape runs eagerly and is captured by the next
-    :meth:`capture_pending`, called on the training thread while no other thread stages: a capture marks the
-    device's default CUDA generator as capturing, and a random draw on another thread meanwhile would fail.
+def _describe(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}"
+
+
+class BackboneProbe:
+    """Watches the first training step: which of ``candidates`` (frozen modules) is called with a tensor made
+    from the batch, and how that tensor was made (:class:`DerivationRecorder`).
+
+    ``found`` is ``(name, module, recipe)`` for the first candidate called with a stageable tensor; ``refusals``
+    say, per candidate, why the tensor it was called with cannot be staged.
     """
 
-    def __init__(self, forward: Callable[..., Any], max_graphs: int = 2, warmup: int = 3,
-                 defer: Callable[[], bool] = lambda: False) -> None:
-        self.forward = forward
-        self.max_graphs = max_graphs
-        self.warmup = warmup
-        self.defer = defer
-        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor, Any]] = {}
-        self._pending: dict[tuple, torch.Tensor] = {}
-        self.replays = 0
-        self.eager = 0
-        self.failure: str | None = None
-
-    def __call__(self, x: torch.Tensor) -> Any:
-        key = (tuple(x.shape), x.dtype, x.device)
-        entry = self._graphs.get(key)
-        if entry is None:
-            if self._may_capture(x):
-                if self.defer():
-                    self._pending.setdefault(key, x)
-                else:
-                    entry = self._try_capture(key, x)
-            if entry is None:
-                self.eager += 1
-                with torch.no_grad():
-                    return self.forward(x)
-        graph, static_in, static_out = entry
-        static_in.copy_(x)
-        graph.replay()
-        self.replays += 1
-        return _clone(static_out)
+    def __init__(self, candidates: list[tuple[str, nn.Module]]) -> None:
+        self.candidates = candidates
+        self.found: tuple[str, nn.Module, Recipe] | None = None
+        self.refusals: dict[str, str] = {}
+        self._recorder: DerivationRecorder | None = None
+        self._handles: list[Any] = []
 
     @property
-    def pending(self) -> bool:
-        """Whether shapes wait for :meth:`capture_pending`."""
-        return bool(self._pending)
+    def watching(self) -> bool:
+        return self._recorder is not None
 
-    def capture_pending(self) -> None:
-        """Capture the shapes that were deferred (on the current stream, the one they were staged on)."""
-        pending, self._pending = self._pending, {}
-        for key, x in pending.items():
-            if key not in self._graphs and self._may_capture(x):
-                self._try_capture(key, x)
+    def start(self, batch: Any) -> None:
+        self._recorder = DerivationRecorder(batch_tensors(batch))
+        for name, module in self.candidates:
+            self._handles.append(module.register_forward_pre_hook(lambda m, a, name=name: self._called(name, m, a)))
+            self._handles.append(module.register_forward_hook(self._returned, always_call=True))
+        self._recorder.__enter__()
 
-    def _may_capture(self, x: torch.Tensor) -> bool:
-        full = len(self._graphs) >= self.max_graphs
-        return not full and self.failure is None and x.is_cuda and not torch.is_autocast_enabled()
+    def stop(self) -> None:
+        recorder, self._recorder = self._recorder, None
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if recorder is not None:
+            recorder.__exit__(None, None, None)
+            recorder.close()
 
-    def _try_capture(self, key: tuple, x: torch.Tensor) -> tuple | None:
-        try:
-            entry = self._capture(x)
-        except Exception as err:  # noqa: BLE001 - not capturable: eager from now on
-            self.failure = f"{type(err).__name__}: {err}".splitlines()[0]
-            warnings.warn(f"StreamPipeline: the backbone's forward cannot be captured as a CUDA graph"
-                          f" ({self.failure}); it runs eagerly.", stacklevel=3)
-            return None
-        self._graphs[key] = entry
-        return entry
+    def _called(self, name: str, module: nn.Module, args: tuple) -> None:
+        recorder = self._recorder
+        if recorder is None:
+            return
+        if recorder.paused == 0 and self.found is None and name not in self.refusals:
+            self._judge(name, module, args[0] if args else None, recorder)
+        recorder.paused += 1  # the module's own operations are not followed
 
-    def release(self) -> None:
-        """Drop the captured graphs and their memory (captured again if used again)."""
-        self._graphs.clear()
-        self._pending.clear()
+    def _returned(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if self._recorder is not None:
+            self._recorder.paused = max(0, self._recorder.paused - 1)
 
-    def _capture(self, x: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, Any]:
-        static_in = x.clone()
-        with torch.no_grad():
-            for _ in range(self.warmup):  # on the current side stream, as CUDA graph capture requires
-                self.forward(static_in)
-            graph = torch.cuda.CUDAGraph()
-            try:
-                # thread-local: other threads (training, pinning) keep calling CUDA while this one captures
-                with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
-                    static_out = self.forward(static_in)
-            except Exception:
-                _clear_generator_capture(x.device)
-                raise
-        return graph, static_in, static_out
-
-
-def _clear_generator_capture(device: torch.device) -> None:
-    """A failed capture leaves the device's default CUDA generator marked as capturing, so that every later
-    eager random draw on it fails; the end of a capture that succeeds clears the mark."""
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=torch.cuda.Stream(device), capture_error_mode="thread_local"):
-            torch.zeros(1, device=device)
-    except Exception as err:  # noqa: BLE001
-        warnings.warn(f"StreamPipeline: the CUDA generator may be left in capture mode ({err})", stacklevel=2)
-
-
-def _clone(out: Any) -> Any:
-    if isinstance(out, torch.Tensor):
-        return out.clone()
-    if isinstance(out, (list, tuple)):
-        return type(out)(_clone(o) for o in out)
-    if isinstance(out, dict):
-        return {k: _clone(v) for k, v in out.items()}
-    return out
+    def _judge(self, name: str, module: nn.Module, x: Any, recorder: DerivationRecorder) -> None:
+        d = recorder.lookup(x)
+        if d is not None and d.recipe is not None:
+            self.found = (name, module, d.recipe)
+        elif d is not None:
+            self.refusals[name] = (
+                f"called with {_describe(d.tensor)} made from the batch's {_describe(d.source)} tensor in"
+                f" `training_step` by `{d.blocker}`, which cannot be staged")
+        elif isinstance(x, torch.Tensor):
+            self.refusals[name] = f"called with {_describe(x)}, a tensor not made from the batch"
+        else:
+            self.refusals[name] = "not called with a tensor"

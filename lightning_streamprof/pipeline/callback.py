@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections import deque
-from concurrent.futures import Future
+import time
 from typing import Any, Callable, Literal
 
 import torch
@@ -14,38 +11,45 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 from typing_extensions import override
 
+from lightning_streamprof.names import STAGE_NEXT_BATCH_ACTION, pl_range
+from lightning_streamprof.pipeline import explain
+from lightning_streamprof.pipeline import lightning_api as api
 from lightning_streamprof.pipeline.auto import AutoSwitch, check_trial
 from lightning_streamprof.pipeline.backbone import (
+    BackboneProbe,
     BackboneProxy,
     check_frozen,
     default_batch_input,
-    find_batch_input,
     frozen_children,
     resolve_backbone,
 )
-from lightning_streamprof.pipeline.fetcher import restore_class, staging_class
-from lightning_streamprof.pipeline.staging import StagedBatch, pin
-from lightning_streamprof.pipeline.thread import Fetched, StagingThread
+from lightning_streamprof.pipeline.derivation import Recipe
+from lightning_streamprof.pipeline.graph import GraphedForward
+from lightning_streamprof.pipeline.staging import StagedBatch, Stager
+from lightning_streamprof.pipeline.thread import Fetched
+from lightning_streamprof.pipeline.way import SERIAL, Way, candidate_ways
 
-log = logging.getLogger(__name__)
-_WAYS = {"inline": "pipelined", "thread": "pipelined on a staging thread",
-         "inline+graph": "pipelined, backbone as a CUDA graph",
-         "thread+graph": "pipelined on a staging thread, backbone as a CUDA graph"}
 _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+#: pipelined steps after which a backbone that never served a staged output is reported
+_SILENT_AFTER = 20
 
 
 def _replace_input(batch: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
     if batch is old:
         return new
     if isinstance(batch, tuple):
-        return type(batch)(*(new if b is old else b for b in batch)) if hasattr(batch, "_fields") else tuple(
-            new if b is old else b for b in batch
-        )
+        items = tuple(new if b is old else b for b in batch)
+        return type(batch)(*items) if hasattr(batch, "_fields") else items
     if isinstance(batch, list):
         return [new if b is old else b for b in batch]
     if isinstance(batch, dict):
         return type(batch)({k: (new if v is old else v) for k, v in batch.items()})
     raise ValueError("StreamPipeline: `augment` needs a batch that is a tensor, a sequence or a mapping")
+
+
+def _check_count(name: str, value: Any, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"StreamPipeline: `{name}` must be an integer >= {least}, got {value!r}")
 
 
 class StreamPipeline(Callback):
@@ -56,55 +60,65 @@ class StreamPipeline(Callback):
     datamodule's ``on_after_batch_transfer`` (where Lightning users put GPU augmentation) and ``augment``
     run there, then the frozen backbone's forward. The training stream waits for that work with an event and
     takes the memory over with ``record_stream``. The hooks do not run again for that batch on Lightning's
-    normal path. The backbone's ``forward`` is replaced (instance attribute; the state dict is unchanged) by
-    a proxy that returns the staged output when called with the staged input tensor and computes normally
-    for any other input, so results are always correct.
+    normal path.
+
+    The backbone and its input are found on the first training step: the frozen child module called with a
+    tensor made from the batch, where ``training_step`` may make it by the usual derivations (``.float()``,
+    ``.half()``, ``.to(dtype)``, scaling and normalisation by constants, ``contiguous()``, memory format); the
+    same derivation then runs on the staged batch. The backbone's ``forward`` is replaced (instance attribute;
+    the state dict is unchanged) by a proxy that returns the staged output for the step's call with that input
+    (checked equal on the first steps; a mismatch warns once and computes in the step from then on) and
+    computes normally for any other call. A backbone whose input cannot be staged is named in one warning, with
+    what differs and the fix; a run that serves no staged output says so.
 
     Results equal serial training when the augmentation draws from its own generator (the transforms of
     :mod:`lightning_streamprof.transforms` take one) and the hooks do not use the global RNG: running batch
     N+1's hook before batch N's step changes the order in which the global RNG is consumed. For the same
     reason ``trainer.global_step`` in those hooks is one less than in serial training.
 
-    ``mode="auto"`` times serial and pipelined steps after ``warmup`` steps (two trials of ``trial`` steps
-    each; with CUDA and ``staging_thread=None``, pipelined both on and off the staging thread, and with a
-    backbone running ahead and ``cuda_graph=None``, also with the backbone as a CUDA graph) and keeps the
-    fastest (pipelined only if each of its trials beats each serial trial by more than 2%), measuring again
-    ``recheck`` steps later (an interval that doubles, up to 8x, each time the trials confirm the choice);
-    in DDP the timings are averaged over the ranks, so that every rank makes the same choice. A pipelined
-    choice whose steady state (timed every 200 steps) falls behind serial's trials by more than 2% hands over
-    to serial until the next trials. On CPU the same logic runs in order without streams (``auto`` then stays
-    serial). :meth:`report` explains what was done; the decision is logged as ``streampipe/pipelined``,
-    ``streampipe/gain``, ``streampipe/threaded`` and ``streampipe/graphed``.
+    ``mode="auto"`` times serial and pipelined steps after ``warmup`` steps (trials of ``trial`` steps: serial,
+    pipelined on the loop's thread, on the staging thread, and with a backbone found and ``cuda_graph=None``,
+    the backbone as a CUDA graph) and keeps the fastest (pipelined only if each of its trials beats each
+    serial trial by more than 2%); a way that loses clearly is cut short and sits out later rounds. It measures
+    again ``recheck`` steps later (an interval that doubles, up to 8x, while the trials confirm the choice), and
+    watches the chosen way every 200 steps (slower than serial's trials by more than 2%: serial until the next
+    trials). In DDP the timings are averaged over the ranks, so that every rank makes the same choice. On CPU
+    the same logic runs in order without streams (``auto`` then stays serial). :meth:`report` explains what
+    was done; the decision is logged as ``streampipe/pipelined``, ``streampipe/gain``, ``streampipe/threaded``
+    and ``streampipe/graphed``.
 
     Args:
         backbone: Frozen submodule to run ahead (dotted name or module). ``None`` finds a frozen child module
-            called with a tensor of the batch; ``False`` runs no backbone ahead.
+            called with a tensor made from the batch; ``False`` runs no backbone ahead.
         augment: Callable applied to the batch's input tensor after ``on_after_batch_transfer``, in
             training only (serial or pipelined).
         mode: ``"auto"``, ``"on"`` or ``"off"``.
-        backbone_input: Callable picking the backbone's input from the batch (default: found on the first
-            batch by watching which batch tensor the backbone is called with; until then, and if it is never
-            called with a batch tensor, the backbone runs in the step as usual).
+        backbone_input: Callable making the backbone's input from the (transferred) batch; default: found on
+            the first step.
         pin_memory: Pin host tensors before the copy (needed for an asynchronous copy).
         depth: Batches staged ahead (N+1 .. N+depth). More absorbs uneven batch preparation; each staged
             batch (and its backbone output) stays in device memory until its step.
         cuda_graph: Capture the backbone's staged forward as a CUDA graph per input shape (fewer host
-            launches; for fixed shapes, without autocast; other shapes, and a forward that cannot be
-            captured, run eagerly). ``None``: measured as one more way in ``auto`` (with CUDA and a backbone),
-            off in ``on``.
+            launches; also under Lightning's mixed precision; other shapes, and a forward that cannot be captured,
+            run eagerly). ``None``: measured as one more way in ``auto`` (with CUDA and a backbone), off in ``on``.
         staging_thread: Stage on a background thread (pinning, hooks, copy and backbone launches leave the
             training loop's thread; the loader is still read by the loop). The thread starts on batch N+1
             when batch N's step reaches ``backward``, where the training thread waits in the autograd engine
-            without holding the GIL, and finishes before anything that follows the step. ``None``: with CUDA, on for
-            ``mode="on"`` and measured against staging on the loop's thread in ``auto``; off on CPU. Hooks then run outside Lightning's hook dispatch (``self.log`` is not available in them,
-            as in serial training) and the batch hooks get profiler ranges of the same names.
+            without holding the GIL, and finishes before anything that follows the step. ``None``: with CUDA, on
+            for ``mode="on"`` and measured against staging on the loop's thread in ``auto``; off on CPU. Hooks
+            then run outside Lightning's hook dispatch (``self.log`` is not available in them, as in serial
+            training) and the batch hooks get profiler ranges of the same names.
+        warmup: Steps before ``auto``'s first trials.
+        trial: Steps per trial (the first 3 are not timed).
+        recheck: Steps from a decision to the next trials.
 
     Raises:
-        ValueError: At ``setup``, for a backbone with trainable parameters, an unknown submodule or mode.
+        ValueError: At construction for arguments out of range; at ``setup``, for a backbone with trainable
+            parameters or an unknown submodule.
 
     Example::
 
-        trainer = Trainer(callbacks=[StreamPipeline(backbone="encoder")])
+        trainer = Trainer(callbacks=[StreamPipeline()])  # finds the frozen backbone
     """
 
     def __init__(
@@ -118,37 +132,40 @@ class StreamPipeline(Callback):
         cuda_graph: bool | None = None,
         staging_thread: bool | None = None,
         warmup: int = 20,
-        trial: int = 30,
+        trial: int = 20,
         recheck: int = 1000,
     ) -> None:
         if mode not in ("auto", "on", "off"):
             raise ValueError(f"StreamPipeline: `mode` must be 'auto', 'on' or 'off', got {mode!r}")
+        if augment is not None and not callable(augment):
+            raise ValueError(f"StreamPipeline: `augment` must be callable, got {augment!r}")
+        if backbone_input is not None and not callable(backbone_input):
+            raise ValueError(f"StreamPipeline: `backbone_input` must be callable, got {backbone_input!r}")
         check_trial(trial)
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"StreamPipeline: `depth` must be an integer >= 1, got {depth!r}")
-        self.depth = depth
+        _check_count("depth", depth, 1)
+        _check_count("warmup", warmup, 0)
+        _check_count("recheck", recheck, 1)
         self.backbone_spec = backbone
         self.augment = augment
         self.mode = mode
         self.backbone_input = backbone_input
         self.pin_memory = pin_memory
+        self.depth = depth
         self.cuda_graph = cuda_graph
         self.staging_thread = staging_thread
-        self._executor: StagingThread | None = None
-        self._threaded = False  # whether the next batch is staged on the thread
         self._auto_args = dict(warmup=warmup, trial=trial, recheck=recheck)
-        self._graph_way: str | None = None  # auto's candidate with the backbone as a CUDA graph
         self._trainer: Trainer | None = None
+        self._stager: Stager | None = None
+        self._probe: BackboneProbe | None = None
         self._proxy: BackboneProxy | None = None
-        self._backbone_name: str | None = None
-        self._probe_hooks: list[Any] = []
-        self._stream: torch.cuda.Stream | None = None
-        self._cuda = False
-        self._slots: deque[StagedBatch | Future[StagedBatch] | Fetched] = deque()  # batches N+1, N+2, ...
+        self._auto: AutoSwitch | None = None
+        self._way: Way = SERIAL
         self._delivered: Any = None
         self._exhausted = False
         self._orig_batch_hook: Callable[..., Any] | None = None
-        self._auto: AutoSwitch | None = None
+        self._disabled: str | None = None
+        self._not_staged: str | None = None
+        self._warned_silent = False
         self.staged_batches = 0
         self.serial_batches = 0
 
@@ -156,145 +173,164 @@ class StreamPipeline(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if stage != "fit":
-            return
-        if self.backbone_spec not in (None, False):
-            self._backbone_name, module = resolve_backbone(pl_module, self.backbone_spec)  # type: ignore[arg-type]
-            check_frozen(self._backbone_name, module)
+        if stage == "fit" and self.backbone_spec not in (None, False):
+            name, module = resolve_backbone(pl_module, self.backbone_spec)  # type: ignore[arg-type]
+            check_frozen(name, module)
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._trainer = trainer
+        self._disabled = api.unsupported_reason() if self.mode != "off" else None
+        if self._disabled:
+            rank_zero_warn(f"StreamPipeline: {self._disabled}; training runs serially.")
+            return
         device = trainer.strategy.root_device
-        self._cuda = device.type == "cuda"
-        if self._cuda:
-            self._stream = torch.cuda.Stream(device=device)
-            self._stream.wait_stream(torch.cuda.current_stream(device))
-        elif self.mode != "off":
+        cuda = device.type == "cuda"
+        if not cuda and self.mode != "off":
             rank_zero_info("StreamPipeline: no CUDA device; batches are staged in order, without streams.")
-        can_thread = self.mode != "off" and (self.staging_thread or (self.staging_thread is None and self._cuda))
-        if can_thread:
-            self._executor = StagingThread(device)
-        self._threaded = bool(can_thread)
-        self._graph_way = None
-        if self.mode == "auto" and (self._cuda or not _AUTO_NEEDS_CUDA):
-            ways: tuple[str, ...] = (
-                ("inline", "thread") if self.staging_thread is None else ("thread",) if can_thread else ("inline",))
-            if self.cuda_graph is None and self.backbone_spec is not False and self._cuda:
-                self._graph_way = f"{ways[-1]}+graph"  # dropped after the first batch if no backbone is found
-                ways += (self._graph_way,)
-            sync = (lambda: torch.cuda.synchronize(device)) if self._cuda else (lambda: None)
-            self._auto = AutoSwitch(candidates=("serial", *ways), sync=sync, reduce=_rank_mean(trainer),
-                                    **self._auto_args)
-        else:
-            self._auto = None
-        if self._backbone_name is not None:
-            self._install_proxy(pl_module.get_submodule(self._backbone_name))
-        elif self.backbone_spec is None:
-            self._probe_backbones(pl_module)
-        self._orig_batch_hook = pl_module._call_batch_hook
-        pl_module._call_batch_hook = self._call_batch_hook  # type: ignore[method-assign]
+        thread = self.mode != "off" and bool(self.staging_thread or (self.staging_thread is None and cuda))
+        precision = trainer.precision_plugin
+        self._stager = Stager(device, self.pin_memory, thread, convert=precision.convert_input,
+                              before=lambda b: self._hook("on_before_batch_transfer", b, 0),
+                              transfer=lambda b: trainer.strategy.batch_to_device(b, dataloader_idx=0),
+                              forward_context=precision.forward_context)
+        self._way = Way(staged=True, thread=thread, graph=bool(self.cuda_graph) and cuda) if self.mode == "on" else SERIAL
+        self._auto = None
+        candidates = self._backbone_candidates(pl_module)
+        if self.backbone_input is not None and self.backbone_spec not in (None, False):
+            name, module = candidates[0]
+            self._install_proxy(name, module, Recipe(self.backbone_input, from_user=True))
+        elif candidates:
+            self._probe = BackboneProbe(candidates)
+        self._start_auto_if_ready()
+        self._orig_batch_hook = api.replace_batch_hook(pl_module, self._call_batch_hook)
 
-    def _install_proxy(self, module: nn.Module) -> None:
+    def _backbone_candidates(self, pl_module: LightningModule) -> list[tuple[str, nn.Module]]:
+        if self.backbone_spec is False:
+            return []
+        if self.backbone_spec is not None:
+            return [resolve_backbone(pl_module, self.backbone_spec)]  # type: ignore[arg-type]
+        return frozen_children(pl_module)
+
+    def _install_proxy(self, name: str, module: nn.Module, recipe: Recipe) -> None:
+        assert self._stager is not None
         if module.training:
             rank_zero_warn(
-                f"StreamPipeline: backbone {self._backbone_name!r} is in training mode; its staged forward runs in"
-                " that mode (BatchNorm statistics, dropout). Call `.eval()` on it for identical results."
+                f"StreamPipeline: backbone {name!r} is in training mode; its staged forward runs in that mode"
+                " (BatchNorm statistics, dropout). Call `.eval()` on it for identical results."
             )
-        self._proxy = BackboneProxy(module, cuda_graph=self._cuda and (self.cuda_graph or self._graph_way is not None),
-                                    defer_capture=lambda: self._executor is not None and self._executor.inside())
-        self._proxy.use_graph = self._cuda and bool(self.cuda_graph)
-        if self.backbone_input is None:
-            self._probe_input(module)
+        graph = None
+        if self._stager.cuda and self.cuda_graph is not False:
+            graph = GraphedForward(module.forward, defer=self._stager.inside_thread)
+        self._proxy = BackboneProxy(name, module, recipe, graph)
+        self._proxy.use_graph = self._way.graph
+        self._stager.proxy = self._proxy
 
-    def _probe_input(self, module: nn.Module) -> None:
-        def hook(mod: nn.Module, args: tuple) -> None:
-            if self.backbone_input is None and self._delivered_probe is not None and args:
-                self.backbone_input = find_batch_input(self._delivered_probe, args[0])
-
-        self._delivered_probe: Any = None
-        self._probe_hooks.append(module.register_forward_pre_hook(hook))
-
-    def _probe_backbones(self, pl_module: LightningModule) -> None:
-        """Watch the frozen children on the first batch; the first called with a batch tensor is the backbone."""
-        self._delivered_probe = None
-        for name, child in frozen_children(pl_module):
-
-            def hook(mod: nn.Module, args: tuple, name: str = name) -> None:
-                if self._proxy is not None or self._delivered_probe is None or not args:
-                    return
-                getter = find_batch_input(self._delivered_probe, args[0])
-                if getter is not None:
-                    self._backbone_name, self.backbone_input = name, getter
-                    self._install_proxy(mod)
-
-            self._probe_hooks.append(child.register_forward_pre_hook(hook))
+    def _start_auto_if_ready(self) -> None:
+        """Auto's ways are known once the backbone is (the graph way needs one)."""
+        trainer, stager = self._trainer, self._stager
+        if self.mode != "auto" or self._probe is not None or trainer is None or stager is None:
+            return
+        if not (stager.cuda or not _AUTO_NEEDS_CUDA):
+            return
+        threaded = stager.executor is not None
+        graphable = self._proxy is not None and self._proxy.graphed is not None
+        ways = candidate_ways(inline=self.staging_thread is not True, thread=threaded,
+                              graph=self.cuda_graph if graphable else False)
+        sync = (lambda: torch.cuda.synchronize(trainer.strategy.root_device)) if stager.cuda else (lambda: None)
+        self._auto = AutoSwitch(ways, sync=sync, clock=time.perf_counter, reduce=_rank_mean(trainer),
+                                **self._auto_args)
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        fetcher = trainer.fit_loop._data_fetcher
-        if fetcher is None:
+        fetcher = api.data_fetcher(trainer)
+        if fetcher is None or self._disabled or self._stager is None:
             return
-        if type(fetcher).__name__.endswith("DataLoaderIterDataFetcher"):
+        if api.takes_dataloader_iter(fetcher):
             rank_zero_warn("StreamPipeline: a `training_step` that takes `dataloader_iter` is not pipelined.")
             return
-        fetcher.__class__ = staging_class(type(fetcher))
-        fetcher._pipeline = self
+        api.install_staging_fetcher(fetcher, self)
         self.on_epoch_iter(fetcher)
+
+    # ------------------------------------------------------------------ around each step
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        if self._probe_hooks:
-            self._delivered_probe = batch
+        if self._probe is not None and not self._probe.watching:
+            self._probe.start(batch)
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
-        if self._executor is not None:
-            # the training thread now waits in the autograd engine with the GIL released
-            for i, slot in enumerate(self._slots):
-                if isinstance(slot, Fetched):
-                    self._slots[i] = self._executor.submit(self._stage_on_thread, slot.item)
+        self._finish_probe()
+        if self._stager is not None and self._stager.executor is not None:
+            self._stager.start_fetched()  # the training thread now waits in the autograd engine, GIL released
 
     @override
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        stager = self._stager
+        if stager is None:
+            return
         # staging overlaps the training step only: validation, checkpoints and epoch ends that follow see
         # no hook of the next batch running (its hooks see the trainer state of a training step)
-        for i, slot in enumerate(self._slots):
-            self._slots[i] = self._resolve(slot)
-        graphed = self._proxy.graphed if self._proxy is not None else None
-        if graphed is not None and graphed.pending and self._stream is not None:
-            with torch.cuda.stream(self._stream):  # no other thread stages now (see GraphedForward)
-                graphed.capture_pending()
-        if self._probe_hooks:
-            for handle in self._probe_hooks:
-                handle.remove()
-            self._probe_hooks.clear()
-            self._delivered_probe = None
-            if self._proxy is None and self.backbone_spec is None:
-                rank_zero_info("StreamPipeline: no frozen child module takes the batch input; no backbone runs ahead.")
-            if self._proxy is None and self._auto is not None and self._graph_way is not None:
-                self._auto.drop(self._graph_way)
+        stager.resolve_all()
+        self._finish_probe()
+        proxy = self._proxy
+        if proxy is not None:
+            proxy.serve(None, None)  # an output not used in its own step is never served later
+            graphed = proxy.graphed
+            if graphed is not None and graphed.pending and stager.stream is not None:
+                with torch.cuda.stream(stager.stream):  # no other thread stages now (see GraphedForward)
+                    graphed.capture_pending()
+            self._warn_if_silent(proxy)
 
-    def _resolve(self, slot: Any) -> Any:
-        """The staged batch of a slot: staged now if it was only fetched, awaited if it is being staged."""
-        if isinstance(slot, Fetched):
-            return self._stage_item(slot.item)  # no backward in this step (e.g. a skipped step)
-        if isinstance(slot, Future):
-            return slot.result()
-        return slot
+    def _finish_probe(self) -> None:
+        probe, stager = self._probe, self._stager
+        if probe is None or not probe.watching or stager is None:
+            return
+        probe.stop()
+        self._probe = None
+        if probe.found is not None:
+            name, module, recipe = probe.found
+            self._install_proxy(name, module, recipe)
+            for slot in stager.slots:  # batches staged before the backbone was known
+                if isinstance(slot, StagedBatch):
+                    stager.add_backbone(slot)
+        else:
+            self._explain_no_backbone(probe)
+        self._start_auto_if_ready()
 
-    def _drop_slots(self) -> None:
-        slots, self._slots = self._slots, deque()
-        for slot in slots:
-            if isinstance(slot, Future):
-                with contextlib.suppress(Exception):  # a batch that will not be trained
-                    slot.result()
+    def _explain_no_backbone(self, probe: BackboneProbe) -> None:
+        fix = ("Pass `backbone_input=` (a function of the batch) or move the conversion into"
+               " `on_after_batch_transfer`.")
+        if self.backbone_spec is not None:
+            name = probe.candidates[0][0]
+            why = probe.refusals.get(name, "not called in the first training step")
+            self._not_staged = f"backbone {name!r} is {why}"
+            rank_zero_warn(f"StreamPipeline: {self._not_staged}; it runs in the step. {fix}")
+            return
+        derived = {n: r for n, r in probe.refusals.items() if "made from the batch" in r}
+        if derived:
+            name, why = next(iter(derived.items()))
+            self._not_staged = f"frozen module {name!r} is {why}"
+            rank_zero_warn(f"StreamPipeline: {self._not_staged}; no backbone runs ahead. {fix}")
+        else:
+            self._not_staged = "no frozen child module is called with a tensor made from the batch"
+            rank_zero_info(f"StreamPipeline: {self._not_staged}; no backbone runs ahead.")
+
+    def _warn_if_silent(self, proxy: BackboneProxy) -> None:
+        if self._warned_silent or proxy.hits or not proxy.active or self.staged_batches < _SILENT_AFTER:
+            return
+        if self._auto is not None and not self._auto.pipelined:
+            return
+        self._warned_silent = True
+        rank_zero_warn(f"StreamPipeline: backbone {proxy.name!r} served no staged output in {self.staged_batches}"
+                       " pipelined steps: `training_step` never called it with the staged input.")
 
     def _shutdown(self) -> None:
-        self._drop_slots()
-        if self._executor is not None:
-            self._executor.shutdown()
-            self._executor = None
+        if self._probe is not None and self._probe.watching:
+            self._probe.stop()
+        if self._stager is not None:
+            self._stager.shutdown()
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
@@ -303,11 +339,11 @@ class StreamPipeline(Callback):
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._shutdown()
-        fetcher = trainer.fit_loop._data_fetcher
+        fetcher = api.data_fetcher(trainer)
         if fetcher is not None:
-            restore_class(fetcher)
+            api.restore_fetcher(fetcher)
         if self._orig_batch_hook is not None:
-            pl_module.__dict__.pop("_call_batch_hook", None)
+            api.restore_batch_hook(pl_module)
             self._orig_batch_hook = None
         if self._proxy is not None:
             self._proxy.remove()
@@ -318,7 +354,8 @@ class StreamPipeline(Callback):
 
     def on_epoch_iter(self, fetcher: Any) -> None:
         """A new iterator: nothing staged from the previous one may be delivered."""
-        self._drop_slots()
+        if self._stager is not None:
+            self._stager.drop()
         self._exhausted = False
 
     def _call_batch_hook(self, hook_name: str, *args: Any) -> Any:
@@ -334,197 +371,127 @@ class StreamPipeline(Callback):
     def _hook(self, hook_name: str, *args: Any) -> Any:
         """Lightning's hook call; on the staging thread the hook is called directly, because Lightning's
         dispatch sets ``_current_fx_name`` on the module, which the training thread is using."""
-        if self._executor is None or not self._executor.inside():
+        if self._stager is None or not self._stager.inside_thread():
             assert self._orig_batch_hook is not None
             return self._orig_batch_hook(hook_name, *args)
-        trainer = self._trainer
-        assert trainer is not None
-        selector = trainer._data_connector._datahook_selector
-        owner = selector.get_instance(hook_name) if selector is not None else trainer.lightning_module
+        assert self._trainer is not None
+        owner = api.hook_owner(self._trainer, hook_name)
         kind = "LightningModule" if isinstance(owner, LightningModule) else "LightningDataModule"
-        with torch.autograd.profiler.record_function(f"[pl][profile][{kind}]{type(owner).__name__}.{hook_name}"):
+        with torch.autograd.profiler.record_function(pl_range(f"[{kind}]{type(owner).__name__}.{hook_name}")):
             return getattr(owner, hook_name)(*args)
 
     def next_batch(self, fetcher: Any, base_next: Callable[[Any], Any]) -> Any:
         """Batch N for the loop; batches up to N + ``depth`` staged before returning. Hooks run in batch order."""
-        pipelining = self._want_pipelining()
-        staged = self._slots.popleft() if self._slots else None
+        stager = self._stager
+        assert stager is not None
+        way = self._next_way()
+        staged = stager.slots.popleft() if stager.slots else None
         if staged is None:
             item = base_next(fetcher)  # (batch, batch_idx, dataloader_idx); Lightning's fetch action
             self._exhausted = fetcher.done
-            if not pipelining:
+            if not way.staged:
                 self._delivered = None
                 self.serial_batches += 1
                 return item
-            staged = self._stage_item(item)  # batch N's hooks run before batch N+1's
+            staged = stager.stage(item)  # batch N's hooks run before batch N+1's
             batch = staged.hand_over()
         else:
-            fetcher._start_profiler()  # the loop's fetch of batch N: waiting for its staging
-            try:
-                staged = self._resolve(staged)
+            with api.fetch_profiled(fetcher):  # the loop's fetch of batch N: waiting for its staging
+                staged = stager.resolve(staged)
                 batch = staged.hand_over()
-            finally:
-                fetcher._stop_profiler()
         self._delivered = batch
         if self._proxy is not None:
             self._proxy.serve(staged.backbone_input, staged.backbone_output)
         self.staged_batches += 1
-        while pipelining and not self._exhausted and len(self._slots) < self.depth and self._next_allowed():
-            self._stage_next(fetcher, base_next)
-        fetcher.done = self._exhausted and not self._slots  # no batch after N
+        while way.staged and not self._exhausted and len(stager.slots) < self.depth and self._next_allowed():
+            self._stage_next(fetcher, base_next, way)
+        fetcher.done = self._exhausted and not stager.slots  # no batch after N
         return (batch, *staged.index)
 
-    def _want_pipelining(self) -> bool:
+    def _next_way(self) -> Way:
         if self.mode == "off":
-            return False
-        if self._auto is not None:
-            decided, reverted = len(self._auto.history), len(self._auto.reverts)
-            choice = self._auto.step()
-            if len(self._auto.reverts) > reverted:
-                r = self._auto.reverts[-1]
+            return SERIAL
+        auto = self._auto
+        if auto is not None:
+            decided, reverted = len(auto.history), len(auto.reverts)
+            way = auto.step()
+            if len(auto.reverts) > reverted:
+                r = auto.reverts[-1]
                 self._log_decision(gain=r.serial_ms / r.steady_ms - 1.0)
-            elif len(self._auto.history) > decided:
+            elif len(auto.history) > decided:
                 self._log_decision()
-                self._release_unused_graphs(choice)
-            self._threaded = choice.startswith("thread")
-            if self._proxy is not None and self._graph_way is not None:
-                self._proxy.use_graph = choice.endswith("+graph")
-            return choice != "serial"
-        return self.mode == "on"
+                self._release_unused_graph(way)
+            self._way = way
+        elif self.mode == "auto":
+            self._way = SERIAL  # until auto's ways are known (or without CUDA)
+        if self._proxy is not None:
+            self._proxy.use_graph = self._way.graph
+        return self._way
 
-    def _release_unused_graphs(self, choice: str) -> None:
+    def _release_unused_graph(self, way: Way) -> None:
         """Auto chose a way without the backbone's CUDA graph: free its memory until the next trials."""
         graphed = self._proxy.graphed if self._proxy is not None else None
-        if graphed is not None and self._graph_way is not None and not choice.endswith("+graph"):
-            if self._stream is not None:
-                self._stream.synchronize()  # no replay in flight while its memory pool is freed
+        if graphed is not None and not way.graph and self._stager is not None:
+            self._stager.wait_idle()  # no replay in flight while its memory pool is freed
             graphed.release()
 
     def _next_allowed(self) -> bool:
         """Stage the next batch (N + 1 + staged) only if the loop will train on it (none is prepared and dropped)."""
-        trainer = self._trainer
-        assert trainer is not None
-        loop = trainer.fit_loop
-        ahead = 2 + len(self._slots)
-        ready = loop.epoch_loop.batch_progress.current.ready  # batches before N in this epoch
-        if ready + ahead > trainer.num_training_batches:
+        trainer, stager = self._trainer, self._stager
+        assert trainer is not None and stager is not None
+        ahead = 2 + len(stager.slots)
+        if api.batches_started(trainer) + ahead > trainer.num_training_batches:
             return False
-        return not (loop.max_steps >= 0 and loop.max_steps - trainer.global_step < ahead)
+        max_steps = trainer.fit_loop.max_steps
+        return not (max_steps >= 0 and max_steps - trainer.global_step < ahead)
 
-    def _stage_next(self, fetcher: Any, base_next: Callable[[Any], Any]) -> None:
-        trainer = self._trainer
-        assert trainer is not None
-        start, stop = fetcher._start_profiler, fetcher._stop_profiler
-        fetcher._start_profiler = fetcher._stop_profiler = _nothing  # not a step of its own
+    def _stage_next(self, fetcher: Any, base_next: Callable[[Any], Any], way: Way) -> None:
+        trainer, stager = self._trainer, self._stager
+        assert trainer is not None and stager is not None
         try:
-            with trainer.profiler.profile("[StreamPipeline].stage_next_batch"):
+            with api.fetch_unprofiled(fetcher), trainer.profiler.profile(STAGE_NEXT_BATCH_ACTION):
                 item = base_next(fetcher)
                 self._exhausted = fetcher.done
-                if self._threaded and self._executor is not None:
-                    self._slots.append(Fetched(item))  # staged on the thread once the step reaches backward
+                if way.thread and stager.executor is not None:
+                    stager.slots.append(Fetched(item))  # staged on the thread once the step reaches backward
                 else:
-                    self._slots.append(self._stage_item(item))
+                    stager.slots.append(stager.stage(item))
         except StopIteration:
             self._exhausted = True
-        finally:
-            fetcher._start_profiler, fetcher._stop_profiler = start, stop
-
-    def _stage_on_thread(self, item: tuple) -> StagedBatch:
-        with torch.autograd.profiler.record_function("[pl][profile][StreamPipeline].stage_on_thread"):
-            return self._stage_item(item)
-
-    def _stage_item(self, item: tuple) -> StagedBatch:
-        staged = self._stage(item[0])
-        staged.index = tuple(item[1:])
-        return staged
-
-    def _stage(self, raw: Any) -> StagedBatch:
-        trainer = self._trainer
-        assert trainer is not None
-        batch = trainer.precision_plugin.convert_input(raw)
-        if self._cuda and self.pin_memory:
-            batch = pin(batch)
-        stream_ctx = torch.cuda.stream(self._stream) if self._cuda else contextlib.nullcontext()
-        with stream_ctx:
-            batch = self._hook("on_before_batch_transfer", batch, 0)
-            batch = trainer.strategy.batch_to_device(batch, dataloader_idx=0)
-            staged = StagedBatch(batch)
-            if self._proxy is not None and self.backbone_input is not None:
-                x = self.backbone_input(batch)
-                try:
-                    with trainer.precision_plugin.forward_context():
-                        staged.backbone_output = self._proxy.compute(x)
-                    staged.backbone_input = x
-                except Exception as err:  # noqa: BLE001 - the step computes it normally instead
-                    rank_zero_warn(f"StreamPipeline: the backbone cannot run ahead ({err}); it runs in the step.")
-                    self.backbone_input = None
-            if self._cuda:
-                staged.ready = torch.cuda.Event()
-                staged.ready.record(self._stream)
-        return staged
 
     # ------------------------------------------------------------------ explanation
 
     @property
     def stages_on_thread(self) -> bool:
         """Whether batches may be staged on the staging thread in this run (the profiler then records it)."""
-        return self._executor is not None
+        return self._stager is not None and self._stager.executor is not None
 
     @property
     def pipelined(self) -> bool:
         if self.mode == "auto":
             return self._auto is not None and self._auto.pipelined
-        return self.mode == "on"
+        return self.mode == "on" and not self._disabled
 
     def report(self) -> str:
         """What the pipeline did, with the measurements behind its decision."""
-        where = "CUDA streams" if self._cuda else "no CUDA device: in order, without streams"
-        if self._auto is None and self._threaded:
-            where += ", staging thread"
-        ahead = f" (up to {self.depth} ahead)" if self.depth > 1 else ""
-        lines = [f"StreamPipeline ({self.mode}, {where}): {self.staged_batches} batches staged ahead{ahead},"
-                 f" {self.serial_batches} fetched serially"]
-        if self._backbone_name is not None:
-            hits = self._proxy.hits if self._proxy else 0
-            misses = self._proxy.misses if self._proxy else 0
-            lines.append(f"  backbone {self._backbone_name!r}: {hits} staged outputs used, {misses} computed in the step")
-            graphed = self._proxy.graphed if self._proxy else None
-            if graphed is not None:
-                failed = f"; not capturable ({graphed.failure})" if graphed.failure else ""
-                lines.append(f"  CUDA graph: {graphed.replays} replays, {graphed.eager} eager calls{failed}")
-        if self._auto is not None:
-            for m in self._auto.history:
-                ways = ", ".join(f"{_WAYS.get(c, c)} {ms:.3f}" for c, ms in m.ms.items())
-                lines.append(
-                    f"  measured ms/step: {ways}; best pipelined {100 * m.gain:+.1f}% (its slowest trial vs the"
-                    f" fastest serial one {100 * m.worst_gain(m.best):+.1f}%) -> {_WAYS.get(m.choice, m.choice)}"
-                )
-            for r in self._auto.reverts:
-                lines.append(
-                    f"  steady state: {_WAYS.get(r.way, r.way)} {r.steady_ms:.3f} ms/step, slower than serial's"
-                    f" {r.serial_ms:.3f} -> serial until the next trials"
-                )
-        return "\n".join(lines)
+        return explain.report(explain.Facts(
+            mode=self.mode, cuda=self._stager is not None and self._stager.cuda,
+            way=None if self.mode == "auto" else self._way, depth=self.depth, staged_batches=self.staged_batches,
+            serial_batches=self.serial_batches, proxy=self._proxy, not_staged=self._not_staged,
+            disabled=self._disabled, auto=self._auto))
 
     def _log_decision(self, final: bool = False, gain: float | None = None) -> None:
         """Log the current choice; ``gain`` is the measured gain behind it (default: the last trials')."""
-        if self._auto is None or not self._auto.history or self._trainer is None:
+        if self._trainer is None or self._auto is None or not self._auto.history:
             return
-        gain = self._auto.history[-1].gain if gain is None else gain
-        metrics = {"streampipe/pipelined": float(self._auto.pipelined), "streampipe/gain": gain,
-                   "streampipe/threaded": float(self._auto.choice.startswith("thread")),
-                   "streampipe/graphed": float(self._auto.choice.endswith("+graph"))}
+        metrics = explain.decision_metrics(self._auto, gain)
         for logger in self._trainer.loggers:
             logger.log_metrics(metrics, step=self._trainer.global_step)
         if final:
             rank_zero_info(self.report())
 
 
-def _nothing() -> None:
-    pass
-
-
-#: ``auto`` measures only with CUDA (without streams nothing overlaps); tests of its DDP logic lift this on CPU
+#: ``auto`` measures only with CUDA (without streams nothing overlaps); tests of its logic lift this on CPU
 _AUTO_NEEDS_CUDA = True
 
 

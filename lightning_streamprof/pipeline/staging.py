@@ -1,12 +1,21 @@
-"""Staging of one batch on a side CUDA stream, and its hand-over to the training stream."""
+"""Staging: batches N+1..N+depth prepared on a side CUDA stream (inline or on the staging thread), kept in
+slots until their step, and handed over to the training stream."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import contextlib
+import warnings
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 from lightning.fabric.utilities.apply_func import apply_to_collection
+
+from lightning_streamprof.names import STAGE_ON_THREAD_RANGE
+from lightning_streamprof.pipeline.backbone import BackboneProxy
+from lightning_streamprof.pipeline.thread import Fetched, StagingThread
 
 
 def tensors_in(obj: Any) -> list[torch.Tensor]:
@@ -26,23 +35,136 @@ def pin(batch: Any) -> Any:
 class StagedBatch:
     """A batch whose copy, augmentation and backbone forward were launched on the side stream.
 
-    ``backbone_input`` is the tensor the backbone was run on and ``backbone_output`` its result; the
-    backbone's proxy returns the output when called with exactly that tensor.
+    ``backbone_input`` is the tensor the backbone was run on and ``backbone_output`` its result.
     """
 
     batch: Any
     ready: torch.cuda.Event | None = None
     backbone_input: torch.Tensor | None = None
     backbone_output: Any = None
-    extra: list[torch.Tensor] = field(default_factory=list)
     index: tuple = (0, 0)  # (batch_idx, dataloader_idx) as the fetcher returned them
 
     def hand_over(self) -> Any:
         """Make the current stream wait for the staging work and own the staged memory from now on."""
         if self.ready is not None:
-            stream = torch.cuda.current_stream(self.ready.device if hasattr(self.ready, "device") else None)
+            stream = torch.cuda.current_stream()
             stream.wait_event(self.ready)
-            for t in tensors_in(self.batch) + tensors_in(self.backbone_output) + self.extra:
+            for t in tensors_in(self.batch) + tensors_in(self.backbone_output) + tensors_in(self.backbone_input):
                 if t.is_cuda:
                     t.record_stream(stream)
         return self.batch
+
+
+Slot = StagedBatch | Future | Fetched
+
+
+class Stager:
+    """Prepares one batch at a time: ``convert`` (the precision plugin's input conversion), pinning,
+    ``before(batch)`` (``on_before_batch_transfer``), ``transfer(batch)`` (the strategy's copy, which runs
+    ``on_after_batch_transfer``) and the backbone's forward, on ``stream`` (no stream on CPU).
+
+    ``forward_context`` wraps the backbone's forward (the precision plugin's autocast); a forward that fails
+    stops the backbone running ahead, with one warning.
+    """
+
+    def __init__(self, device: torch.device, pin_memory: bool, thread: bool, convert: Callable[[Any], Any],
+                 before: Callable[[Any], Any], transfer: Callable[[Any], Any],
+                 forward_context: Callable[[], contextlib.AbstractContextManager]) -> None:
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device=device) if self.cuda else None
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(device))
+        self.executor = StagingThread(device) if thread else None
+        self.pin_memory = pin_memory and self.cuda
+        self.convert, self.before, self.transfer, self.forward_context = convert, before, transfer, forward_context
+        self.proxy: BackboneProxy | None = None
+        self.slots: deque[Slot] = deque()
+
+    def inside_thread(self) -> bool:
+        return self.executor is not None and self.executor.inside()
+
+    def _side(self) -> contextlib.AbstractContextManager:
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+
+    def stage(self, item: tuple) -> StagedBatch:
+        """Batch ``item`` (as the fetcher returned it) staged now, on the calling thread."""
+        batch = self.convert(item[0])
+        if self.pin_memory:
+            batch = pin(batch)
+        with self._side():
+            batch = self.transfer(self.before(batch))
+            staged = StagedBatch(batch, index=tuple(item[1:]))
+            self._run_backbone(staged)
+            self._mark_ready(staged)
+        return staged
+
+    def stage_on_thread(self, item: tuple) -> Future:
+        assert self.executor is not None
+
+        def job() -> StagedBatch:
+            with torch.autograd.profiler.record_function(STAGE_ON_THREAD_RANGE):
+                return self.stage(item)
+
+        return self.executor.submit(job)
+
+    def add_backbone(self, staged: StagedBatch) -> None:
+        """Run the backbone ahead for a batch staged before the backbone was known."""
+        if staged.backbone_output is None:
+            with self._side():
+                self._run_backbone(staged)
+                self._mark_ready(staged)
+
+    def _run_backbone(self, staged: StagedBatch) -> None:
+        proxy = self.proxy
+        if proxy is None or not proxy.active:
+            return
+        try:
+            with self.forward_context():
+                staged.backbone_input, staged.backbone_output = proxy.compute(staged.batch)
+        except Exception as err:  # noqa: BLE001 - the step computes it normally instead
+            proxy.mismatch = f"its staged forward failed ({type(err).__name__}: {err})".splitlines()[0]
+            warnings.warn(f"StreamPipeline: backbone {proxy.name!r}: {proxy.mismatch}; it runs in the step.",
+                          stacklevel=2)
+
+    def _mark_ready(self, staged: StagedBatch) -> None:
+        if self.stream is not None:
+            staged.ready = torch.cuda.Event()
+            staged.ready.record(self.stream)
+
+    # ---------------------------------------------------------------- slots
+
+    def resolve(self, slot: Slot) -> StagedBatch:
+        """The staged batch of a slot: staged now if it was only fetched, awaited if it is being staged."""
+        if isinstance(slot, Fetched):
+            return self.stage(slot.item)  # no backward in this step (e.g. a skipped step)
+        if isinstance(slot, Future):
+            return slot.result()
+        return slot
+
+    def resolve_all(self) -> None:
+        for i, slot in enumerate(self.slots):
+            self.slots[i] = self.resolve(slot)
+
+    def start_fetched(self) -> None:
+        """Stage the fetched slots on the thread (the training thread now waits in ``backward``)."""
+        for i, slot in enumerate(self.slots):
+            if isinstance(slot, Fetched):
+                self.slots[i] = self.stage_on_thread(slot.item)
+
+    def drop(self) -> None:
+        slots, self.slots = self.slots, deque()
+        for slot in slots:
+            if isinstance(slot, Future):
+                with contextlib.suppress(Exception):  # a batch that will not be trained
+                    slot.result()
+
+    def shutdown(self) -> None:
+        self.drop()
+        if self.executor is not None:
+            self.executor.shutdown()
+            self.executor = None
+
+    def wait_idle(self) -> None:
+        """No staging work in flight on the side stream (before freeing memory it may use)."""
+        if self.stream is not None:
+            self.stream.synchronize()

@@ -1,135 +1,188 @@
-import time
+"""AutoSwitch on a fake clock: every step of a way takes exactly the time the test gives it."""
 
 import pytest
 
 from lightning_streamprof.pipeline.auto import AutoSwitch, Measurement
+from lightning_streamprof.pipeline.way import INLINE, SERIAL, THREAD, Way, candidate_ways
+
+GRAPH = Way(True, True, True)
+PIPED = INLINE
 
 
-def drive(switch, seconds, steps):
-    """Steps that take ``seconds[candidate]``; returns the candidate used at each step."""
-    used = []
-    current = "serial"
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def switch_of(ways=(SERIAL, PIPED), **kwargs):
+    clock = Clock()
+    kwargs.setdefault("settle", 1)
+    return AutoSwitch(ways, clock=clock, **kwargs), clock
+
+
+def drive(switch, clock, ms, steps):
+    """``steps`` batches, each taking ``ms[way]`` milliseconds of the way in use; the ways used, in order."""
+    used, current = [], switch.choice
     for _ in range(steps):
-        time.sleep(seconds[current])
+        clock.t += ms[current] / 1e3
         current = switch.step()
         used.append(current)
     return used
 
 
 def test_keeps_pipelining_when_faster_and_serial_when_not():
-    fast = AutoSwitch(warmup=2, trial=6, recheck=50, settle=1)
-    drive(fast, {"serial": 0.004, "pipelined": 0.002}, steps=40)
-    assert fast.pipelined and fast.choice == "pipelined" and fast.history[0].gain > 0.5
-    slow = AutoSwitch(warmup=2, trial=6, recheck=50, settle=1)
-    drive(slow, {"serial": 0.002, "pipelined": 0.004}, steps=40)
-    assert not slow.pipelined and slow.history[0].gain < 0
+    fast, clock = switch_of(warmup=2, trial=6, recheck=50)
+    drive(fast, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=40)
+    assert fast.choice == PIPED and fast.history[0].gain == pytest.approx(1.0)
+    assert fast.history[0].ms == {SERIAL: pytest.approx(4.0), PIPED: pytest.approx(2.0)}
+    slow, clock = switch_of(warmup=2, trial=6, recheck=50)
+    drive(slow, clock, {SERIAL: 2.0, PIPED: 2.1}, steps=40)
+    assert slow.choice == SERIAL and slow.history[0].gain == pytest.approx(2.0 / 2.1 - 1)
 
 
 def test_picks_the_fastest_of_several_pipelined_ways():
-    switch = AutoSwitch(("serial", "inline", "thread"), warmup=2, trial=6, recheck=50, settle=1)
-    drive(switch, {"serial": 0.008, "inline": 0.005, "thread": 0.002}, steps=50)
+    switch, clock = switch_of((SERIAL, INLINE, THREAD), warmup=2, trial=6, recheck=50)
+    drive(switch, clock, {SERIAL: 8.0, INLINE: 7.5, THREAD: 6.0}, steps=50)
     m = switch.history[0]
-    assert switch.choice == m.choice == m.best == "thread"
-    assert m.ms["serial"] > m.ms["inline"] > m.ms["thread"]
-    slower = AutoSwitch(("serial", "inline", "thread"), warmup=2, trial=6, recheck=50, settle=1)
-    drive(slower, {"serial": 0.002, "inline": 0.006, "thread": 0.003}, steps=50)
-    assert slower.choice == "serial" and slower.history[0].best == "thread"
+    assert switch.choice == m.choice == m.best == THREAD
+    assert m.ms == {SERIAL: pytest.approx(8.0), INLINE: pytest.approx(7.5), THREAD: pytest.approx(6.0)}
 
 
 def test_a_trial_must_be_longer_than_its_untimed_start():
     with pytest.raises(ValueError, match="`trial` must be more than 3 steps"):
-        AutoSwitch(trial=3, settle=3)
-
-
-def test_a_dropped_way_is_not_tried():
-    switch = AutoSwitch(("serial", "inline", "thread", "thread+graph"), warmup=2, trial=4, recheck=100, settle=1)
-    switch.drop("thread+graph")
-    switch.drop("serial")  # serial always stays
-    used = drive(switch, {"serial": 0.002, "inline": 0.002, "thread": 0.002, "thread+graph": 0.001}, steps=40)
-    assert "thread+graph" not in used and set(switch.history[0].ms) == {"serial", "inline", "thread"}
-    last = AutoSwitch(("serial", "thread"), warmup=2, trial=4)
-    last.drop("thread")  # one pipelined way always stays
-    assert last.candidates == ("serial", "thread")
+        AutoSwitch((SERIAL, PIPED), trial=3, settle=3)
+    with pytest.raises(ValueError, match="must start with serial"):
+        AutoSwitch((PIPED, SERIAL))
 
 
 def test_a_gain_within_the_margin_stays_serial():
-    switch = AutoSwitch(warmup=1, trial=4, recheck=50, settle=1, margin=0.5)
-    drive(switch, {"serial": 0.003, "pipelined": 0.0025}, steps=30)
-    assert 0 < switch.history[0].gain < 0.5 and switch.choice == "serial"
+    switch, clock = switch_of(warmup=1, trial=4, recheck=50, margin=0.5)
+    drive(switch, clock, {SERIAL: 3.0, PIPED: 2.5}, steps=30)
+    assert switch.history[0].gain == pytest.approx(0.2) and switch.choice == SERIAL
 
 
 def test_a_mean_gain_that_the_trials_do_not_agree_on_stays_serial():
-    """Serial trials 10 and 12 ms, pipelined 9 and 11: 8% faster on average, but its slowest trial is
-    slower than serial's fastest, so the difference is within the noise."""
-    m = Measurement({"serial": 11.0, "thread": 10.0}, "serial", {"serial": [10.0, 12.0], "thread": [9.0, 11.0]})
-    assert m.gain > 0.05 and m.worst_gain("thread") == pytest.approx(10 / 11 - 1)
-    switch = AutoSwitch(("serial", "thread"), warmup=1, trial=3, recheck=50, settle=1)
-    switch._times = {"serial": [10.0, 12.0], "thread": [9.0, 11.0]}
+    """Serial trials 10 and 12 ms, pipelined 9 and 11: 8% faster on average, but its slowest trial is slower
+    than serial's fastest, so the difference is within the noise."""
+    m = Measurement({SERIAL: 11.0, THREAD: 10.0}, SERIAL, {SERIAL: [10.0, 12.0], THREAD: [9.0, 11.0]})
+    assert m.gain > 0.05 and m.worst_gain(THREAD) == pytest.approx(10 / 11 - 1)
+    switch, _ = switch_of((SERIAL, THREAD), warmup=1, trial=3, recheck=50)
+    switch._times = {SERIAL: [10.0, 12.0], THREAD: [9.0, 11.0]}
     switch._decide()
-    assert switch.choice == "serial"
-    switch._times = {"serial": [10.0, 10.5], "thread": [9.0, 9.5]}  # every trial faster by > 2%
+    assert switch.choice == SERIAL
+    switch._times = {SERIAL: [10.0, 10.5], THREAD: [9.0, 9.5]}  # every trial faster by > 2%
     switch._decide()
-    assert switch.choice == "thread"
+    assert switch.choice == THREAD
 
 
-def test_trials_alternate_and_recheck():
-    switch = AutoSwitch(warmup=1, trial=3, recheck=5, settle=1)
-    used = drive(switch, {"serial": 0.001, "pipelined": 0.001}, 1 + 12 + 5 + 12)
-    # warm-up step, then serial / pipelined / serial / pipelined trials of 3 steps, then 5 steps of the choice
-    assert used[:12] == ["serial"] * 3 + ["pipelined"] * 3 + ["serial"] * 3 + ["pipelined"] * 3
-    assert used[12:17] == [switch.history[0].choice] * 5
-    assert len(switch.history) == 2
+def test_trials_alternate_then_the_choice_runs_until_a_confirming_round():
+    switch, clock = switch_of(warmup=1, trial=3, recheck=5)
+    used = drive(switch, clock, {SERIAL: 1.0, PIPED: 0.9}, 1 + 12 + 5 + 6)
+    # warm-up step, then serial / pipelined / serial / pipelined trials of 3 steps, then 5 steps of the choice,
+    # then one confirming round (serial and the choice once each)
+    assert used[:12] == [SERIAL] * 3 + [PIPED] * 3 + [SERIAL] * 3 + [PIPED] * 3
+    assert switch.history[0].choice == PIPED
+    assert used[12:17] == [PIPED] * 5
+    assert len(switch.history) == 2 and switch.history[1].trials == {SERIAL: [pytest.approx(1.0)],
+                                                                      PIPED: [pytest.approx(0.9)]}
+
+
+def test_a_clear_loser_is_cut_short_and_sits_out_the_next_rounds():
+    """The graph way runs 30% slower than serial: its trial ends after 2 timed steps, it is not tried in the
+    second pass of the first round, and it sits out 1, then 3 rounds as it keeps losing."""
+    ways = (SERIAL, INLINE, THREAD, GRAPH)
+    switch, clock = switch_of(ways, warmup=1, trial=6, recheck=10, abort_after=2, max_recheck=10)
+    ms = {SERIAL: 10.0, INLINE: 10.0, THREAD: 10.0, GRAPH: 13.0}
+    used = drive(switch, clock, ms, 1 + 6 * 3 + 3 + 6 * 3)
+    first = switch.history[0]
+    assert first.clear_losers == (GRAPH,) and first.trials[GRAPH] == [pytest.approx(13.0)]
+    assert used[1:].count(GRAPH) < 6 and first.choice == SERIAL
+    tried = [set(m.ms) for m in switch.history]
+    for _ in range(6):
+        drive(switch, clock, ms, 10 + 3 * 6)
+        tried = [set(m.ms) for m in switch.history]
+    assert [GRAPH in t for t in tried[:6]] == [True, False, True, False, False, False]
 
 
 def test_trials_that_confirm_the_choice_come_ever_less_often():
-    """recheck 5, at most 20: the second decision confirms the first (interval 10), the third too (20), the
-    fourth too (still 20)."""
-    switch = AutoSwitch(warmup=1, trial=3, recheck=5, settle=1, max_recheck=20)
-    decided_at = []
-    current = "serial"
-    for step in range(1, 1 + 12 + 5 + 12 + 10 + 12 + 20 + 12 + 1):
-        time.sleep(0.001 if current == "serial" else 0.004)  # serial clearly faster: every round confirms it
-        before = len(switch.history)
+    """recheck 5, at most 20: each later round confirms serial and doubles the interval (10, 20, then still 20).
+    Serial is clearly faster, so the pipelined way is cut short and sits out: the round in which it sits out
+    confirms serial without a trial."""
+    switch, clock = switch_of(warmup=1, trial=3, recheck=5, max_recheck=20, abort_after=1)
+    intervals, current, trial_steps = [], SERIAL, 0
+    for _ in range(1, 200):
+        clock.t += (1.0 if current == SERIAL else 1.5) / 1e3
+        before = switch.interval, len(switch.history)
         current = switch.step()
-        if len(switch.history) > before:
-            decided_at.append((step, switch.interval))
-    assert [i for _, i in decided_at] == [5, 10, 20, 20]
-    assert [s for s, _ in decided_at] == [13, 13 + 5 + 12, 13 + 5 + 12 + 10 + 12, 13 + 5 + 12 + 10 + 12 + 20 + 12]
+        trial_steps += switch.in_trials
+        if (switch.interval, len(switch.history)) != before:
+            intervals.append((switch.interval, len(switch.history)))
+    assert intervals[:4] == [(5, 1), (10, 1), (20, 2), (20, 3)] and switch.choice == SERIAL
+    assert trial_steps < 40  # of 199 steps
 
 
 def test_a_changed_choice_or_a_revert_starts_the_interval_again():
-    switch = AutoSwitch(warmup=1, trial=4, recheck=50, settle=1, watch=10)
-    drive(switch, {"serial": 0.004, "pipelined": 0.002}, steps=1 + 16)
-    assert switch.choice == "pipelined" and switch.interval == 50
-    switch.interval = 200  # as after confirming rounds
-    switch._left = 150
-    drive(switch, {"serial": 0.004, "pipelined": 0.006}, steps=1 + 10 + 2)
+    switch, clock = switch_of(warmup=1, trial=4, recheck=50, watch=10)
+    drive(switch, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=1 + 16)
+    assert switch.choice == PIPED and switch.interval == 50
+    switch.interval, switch._left = 200, 150  # as after confirming rounds
+    drive(switch, clock, {SERIAL: 4.0, PIPED: 6.0}, steps=1 + 10 + 2)
     assert switch.reverts and switch._left <= 50  # trials soon after a revert
-    drive(switch, {"serial": 0.004, "pipelined": 0.002}, steps=switch._left + 16)
+    drive(switch, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=switch._left + 16)
     assert len(switch.history) == 2 and switch.interval == 50  # the revert in between: not a confirmation
 
 
-def test_measurement_and_bad_candidates():
-    m = Measurement({"serial": 10.0, "inline": 9.0, "thread": 8.0}, choice="thread")
-    assert m.best == "thread" and m.gain == 0.25 and m.serial_ms == 10.0 and m.pipelined_ms == 8.0
-    with pytest.raises(ValueError, match="candidates"):
-        AutoSwitch(("thread", "serial"))
-
-
 def test_a_pipelined_choice_slower_than_serial_in_steady_state_reverts_to_serial():
-    """Trials: pipelined 2 ms vs serial 4 ms. Then the pipelined steady state degrades to 6 ms per step:
-    the first watch window sees it and serial takes over until the next trials."""
-    switch = AutoSwitch(warmup=1, trial=4, recheck=200, settle=1, watch=10)
-    drive(switch, {"serial": 0.004, "pipelined": 0.002}, steps=1 + 16)
-    assert switch.choice == "pipelined" and not switch.reverts
-    used = drive(switch, {"serial": 0.004, "pipelined": 0.006}, steps=1 + 10 + 5)
-    assert switch.choice == "serial" and len(switch.reverts) == 1
+    """Trials: pipelined 2 ms vs serial 4 ms. Then the pipelined steady state degrades to 6 ms per step: the
+    first watch window sees it and serial takes over until the next trials."""
+    switch, clock = switch_of(warmup=1, trial=4, recheck=200, watch=10)
+    drive(switch, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=1 + 16)
+    assert switch.choice == PIPED and not switch.reverts
+    used = drive(switch, clock, {SERIAL: 4.0, PIPED: 6.0}, steps=1 + 10 + 5)
+    assert switch.choice == SERIAL and len(switch.reverts) == 1
     revert = switch.reverts[0]
-    assert revert.way == "pipelined" and revert.steady_ms > revert.serial_ms * 1.2
-    assert used[-1] == "serial" and used[0] == "pipelined"
+    assert revert.way == PIPED and revert.steady_ms == pytest.approx(6.0) and revert.serial_ms == pytest.approx(4.0)
+    assert used[-1] == SERIAL and used[0] == PIPED
 
 
 def test_a_steady_state_as_fast_as_the_trials_keeps_pipelining():
-    switch = AutoSwitch(warmup=1, trial=4, recheck=200, settle=1, watch=10)
-    drive(switch, {"serial": 0.004, "pipelined": 0.002}, steps=1 + 16 + 40)
-    assert switch.choice == "pipelined" and not switch.reverts
+    switch, clock = switch_of(warmup=1, trial=4, recheck=200, watch=10)
+    drive(switch, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=1 + 16 + 40)
+    assert switch.choice == PIPED and not switch.reverts
+
+
+def test_every_timing_goes_through_reduce_so_that_ranks_decide_alike():
+    """``reduce`` stands for the mean over DDP ranks: here the other rank's pipelined steps are slow, so the mean
+    says serial although this rank alone would pipeline."""
+    seen = []
+
+    def other_rank_mean(values):
+        seen.append(list(values))
+        return [(v + 8.0) / 2 for v in values]  # the other rank: 8 ms per step whatever the way
+
+    switch, clock = switch_of(warmup=1, trial=4, recheck=100, reduce=other_rank_mean, abort_after=3)
+    drive(switch, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=1 + 16)
+    assert len(seen) == 4 and switch.history[0].ms == {SERIAL: pytest.approx(6.0), PIPED: pytest.approx(5.0)}
+    assert switch.choice == PIPED  # 5 vs 6 ms after averaging: still a clear gain
+    other = []
+    switch, clock = switch_of(warmup=1, trial=4, recheck=100, reduce=lambda v: other.append(v) or [x * 0 + 9 for x in v])
+    drive(switch, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=1 + 16)
+    assert switch.choice == SERIAL and other  # equal means: no gain
+
+
+def test_measurement():
+    m = Measurement({SERIAL: 10.0, INLINE: 9.0, THREAD: 8.0}, choice=THREAD)
+    assert m.best == THREAD and m.gain == 0.25 and m.serial_ms == 10.0
+
+
+def test_candidate_ways_never_try_a_graph_without_a_backbone():
+    assert candidate_ways(inline=True, thread=True, graph=False) == [SERIAL, INLINE, THREAD]
+    assert candidate_ways(inline=True, thread=True, graph=None) == [SERIAL, INLINE, THREAD, GRAPH]
+    assert candidate_ways(inline=True, thread=False, graph=None) == [SERIAL, INLINE, Way(True, False, True)]
+    assert candidate_ways(inline=False, thread=True, graph=True) == [SERIAL, GRAPH]
+    assert [w.key for w in candidate_ways(True, True, None)] == ["serial", "inline", "thread", "thread+graph"]
+    with pytest.raises(ValueError):
+        Way(staged=False, thread=True)

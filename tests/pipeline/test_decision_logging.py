@@ -1,7 +1,10 @@
 from types import SimpleNamespace
 
+import pytest
+
 from lightning_streamprof import StreamPipeline
 from lightning_streamprof.pipeline.auto import AutoSwitch, Measurement
+from lightning_streamprof.pipeline.way import INLINE, SERIAL
 
 
 class Recorder:
@@ -12,35 +15,46 @@ class Recorder:
         self.logged.append((step, metrics))
 
 
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
 def test_each_auto_decision_is_logged_with_its_gain():
     pipe = StreamPipeline(mode="auto")
     logger = Recorder()
     pipe._trainer = SimpleNamespace(loggers=[logger], global_step=42)
-    pipe._auto = AutoSwitch(warmup=1, trial=2, recheck=100, settle=0)
+    clock = Clock()
+    pipe._auto = AutoSwitch((SERIAL, INLINE), warmup=1, trial=2, recheck=100, settle=0, clock=clock)
+    way = SERIAL
     for _ in range(1 + 4 * 2):
-        pipe._want_pipelining()
-    assert len(pipe._auto.history) == 1
+        clock.t += 0.004 if way == SERIAL else 0.002
+        way = pipe._next_way()
+    assert len(pipe._auto.history) == 1 and way == INLINE
     step, metrics = logger.logged[-1]
-    assert step == 42 and set(metrics) == {"streampipe/pipelined", "streampipe/gain", "streampipe/threaded",
-                                        "streampipe/graphed"}
-    assert metrics["streampipe/gain"] == pipe._auto.history[0].gain
-    assert Measurement({"serial": 10.0, "pipelined": 8.0}, "pipelined").gain == 0.25
+    assert step == 42 and metrics == {"streampipe/pipelined": 1.0, "streampipe/gain": pipe._auto.history[0].gain,
+                                      "streampipe/threaded": 0.0, "streampipe/graphed": 0.0}
+    assert metrics["streampipe/gain"] == pytest.approx(1.0)
+    assert Measurement({SERIAL: 10.0, INLINE: 8.0}, INLINE).gain == 0.25
 
 
 def test_a_revert_is_logged_with_the_steady_state_loss_and_reported():
-    import time
-
     pipe = StreamPipeline(mode="auto")
     logger = Recorder()
     pipe._trainer = SimpleNamespace(loggers=[logger], global_step=7)
-    pipe._auto = AutoSwitch(warmup=1, trial=3, recheck=100, settle=1, watch=5)
-    pipe._auto.history.append(Measurement({"serial": 1.0, "pipelined": 0.5}, "pipelined"))
-    pipe._auto._phase, pipe._auto.choice, pipe._auto._left = -1, "pipelined", 100
+    clock = Clock()
+    pipe._auto = AutoSwitch((SERIAL, INLINE), warmup=1, trial=3, recheck=100, settle=1, watch=5, clock=clock)
+    pipe._auto.history.append(Measurement({SERIAL: 1.0, INLINE: 0.5}, INLINE))
+    pipe._auto._phase, pipe._auto.choice, pipe._auto._left = -1, INLINE, 100
     pipe._auto._watch_left = pipe._auto.watch + 1
     for _ in range(1 + 5):
-        time.sleep(0.003)  # 3 ms per step against serial's 1 ms
-        pipe._want_pipelining()
-    assert pipe._auto.choice == "serial" and len(pipe._auto.reverts) == 1
+        clock.t += 0.003  # 3 ms per step against serial's 1 ms
+        pipe._next_way()
+    assert pipe._auto.choice == SERIAL and len(pipe._auto.reverts) == 1
     step, metrics = logger.logged[-1]
-    assert metrics["streampipe/pipelined"] == 0.0 and metrics["streampipe/gain"] < -0.5
-    assert "steady state: pipelined" in pipe.report() and "-> serial until the next trials" in pipe.report()
+    assert metrics["streampipe/pipelined"] == 0.0 and metrics["streampipe/gain"] == 1.0 / 3.0 - 1.0
+    assert "steady state: pipelined 3.000 ms/step" in pipe.report()
+    assert "-> serial until the next trials" in pipe.report()

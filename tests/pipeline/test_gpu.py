@@ -135,7 +135,7 @@ def test_auto_without_a_backbone_does_not_try_a_graph():
 
 
 def test_a_forward_that_cannot_be_captured_runs_eagerly_with_one_warning():
-    from lightning_streamprof.pipeline.backbone import GraphedForward
+    from lightning_streamprof.pipeline.graph import GraphedForward
 
     weight = torch.randn(16, 16, device="cuda")
 

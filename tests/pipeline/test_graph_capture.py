@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lightning_streamprof.pipeline.backbone import GraphedForward
+from lightning_streamprof.pipeline.graph import GraphedForward
 
 
 class FakeGraph:
@@ -21,7 +21,7 @@ def graphed(monkeypatch):
     """A GraphedForward of ``2x + 1`` that may capture CPU tensors; ``captures`` lists the captured inputs."""
     captures = []
 
-    def capture(self, x):
+    def capture(self, x, amp=None):
         captures.append(x)
         static_in = x.clone()
         static_out = self.forward(static_in)
@@ -63,7 +63,7 @@ def test_on_the_staging_thread_a_new_shape_runs_eagerly_until_the_training_threa
 
 
 def test_a_deferred_capture_that_fails_runs_eagerly_with_one_warning(graphed, monkeypatch):
-    def fail(self, x):
+    def fail(self, x, amp=None):
         raise RuntimeError("operation not permitted when stream is capturing\nmore")
 
     monkeypatch.setattr(GraphedForward, "_capture", fail)

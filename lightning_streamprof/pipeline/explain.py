@@ -1,0 +1,81 @@
+"""What StreamPipeline did, for people (``report()``) and for the Trainer's loggers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lightning_streamprof.pipeline.auto import AutoSwitch
+from lightning_streamprof.pipeline.backbone import BackboneProxy
+from lightning_streamprof.pipeline.graph import GraphedForward
+from lightning_streamprof.pipeline.way import Way
+
+
+@dataclass
+class Facts:
+    """What :func:`report` needs to know of a run."""
+
+    mode: str
+    cuda: bool
+    way: Way | None  # the fixed way (``mode="on"``/``"off"``), ``None`` under ``auto``
+    depth: int
+    staged_batches: int
+    serial_batches: int
+    backbone: str | None = None  # the backbone's name, found or given
+    proxy: BackboneProxy | None = None
+    not_staged: str | None = None  # why no backbone runs ahead (found at the first step)
+    disabled: str | None = None  # why the pipeline trained serially throughout
+    auto: AutoSwitch | None = None
+
+
+def report(f: Facts) -> str:
+    """A few lines: where batches were staged, what the backbone did, and auto's measurements."""
+    if f.disabled:
+        return f"StreamPipeline ({f.mode}): trained serially: {f.disabled}"
+    where = "CUDA streams" if f.cuda else "no CUDA device: in order, without streams"
+    if f.way is not None and f.way.thread:
+        where += ", staging thread"
+    ahead = f" (up to {f.depth} ahead)" if f.depth > 1 else ""
+    lines = [f"StreamPipeline ({f.mode}, {where}): {f.staged_batches} batches staged ahead{ahead},"
+             f" {f.serial_batches} fetched serially"]
+    proxy = f.proxy
+    if proxy is not None:
+        made = "" if proxy.recipe.identity else f" (its input made from the batch by {proxy.recipe.describe()})"
+        lines.append(f"  backbone {proxy.name!r}{made}: {proxy.hits} staged outputs used, {proxy.misses} computed"
+                     " in the step")
+        if proxy.mismatch:
+            lines.append(f"  the backbone stopped running ahead: {proxy.mismatch}")
+        elif proxy.hits == 0 and f.staged_batches > 0:
+            lines.append("  no staged output was used: the backbone did not run ahead")
+        if proxy.graphed is not None:
+            lines.append(_graph_line(proxy.graphed))
+    elif f.not_staged:
+        lines.append(f"  no backbone runs ahead: {f.not_staged}")
+    if f.auto is not None:
+        lines += _auto_lines(f.auto)
+    return "\n".join(lines)
+
+
+def _graph_line(graphed: GraphedForward) -> str:
+    failed = f"; not capturable ({graphed.failure})" if graphed.failure else ""
+    return f"  CUDA graph: {graphed.replays} replays, {graphed.eager} eager calls{failed}"
+
+
+def _auto_lines(auto: AutoSwitch) -> list[str]:
+    lines = []
+    for m in auto.history:
+        ways = ", ".join(f"{w.label} {ms:.3f}" + (" (cut short)" if w in m.clear_losers else "")
+                         for w, ms in m.ms.items())
+        worst = f"{100 * m.worst_gain(m.best):+.1f}%" if m.best not in m.clear_losers else "lost clearly"
+        lines.append(f"  measured ms/step: {ways}; best pipelined {100 * m.gain:+.1f}% (its slowest trial vs the"
+                     f" fastest serial one {worst}) -> {m.choice.label}")
+    for r in auto.reverts:
+        lines.append(f"  steady state: {r.way.label} {r.steady_ms:.3f} ms/step, slower than serial's"
+                     f" {r.serial_ms:.3f} -> serial until the next trials")
+    return lines
+
+
+def decision_metrics(auto: AutoSwitch, gain: float | None = None) -> dict[str, float]:
+    """``streampipe/*`` scalars of the current choice; ``gain`` defaults to the last trials'."""
+    gain = auto.history[-1].gain if gain is None else gain
+    return {"streampipe/pipelined": float(auto.pipelined), "streampipe/gain": gain,
+            "streampipe/threaded": float(auto.choice.thread), "streampipe/graphed": float(auto.choice.graph)}
