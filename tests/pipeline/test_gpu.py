@@ -24,7 +24,7 @@ def test_pipelined_equals_serial_on_cuda(case, threaded, depth):
     for a, b in zip(piped.head.parameters(), serial.head.parameters()):
         torch.testing.assert_close(a, b)
     assert t_piped.global_step == t_serial.global_step
-    assert t_piped.callbacks[0]._cuda and t_piped.callbacks[0].staged_batches > 0
+    assert t_piped.callbacks[0]._stager.cuda and t_piped.callbacks[0].staged_batches > 0
 
 
 class Tracker(L.Callback):
@@ -90,11 +90,11 @@ def test_auto_measures_serial_inline_thread_and_graph_and_equals_serial():
     piped, trainer = run("auto", accelerator="gpu", max_epochs=3,
                          callback_kwargs=dict(backbone="backbone", warmup=2, trial=4, recheck=100))
     pipe = trainer.callbacks[0]
-    assert set(pipe._auto.history[0].ms) == {"serial", "inline", "thread", "thread+graph"}
+    assert {w.key for w in pipe._auto.history[0].ms} == {"serial", "inline", "thread", "thread+graph"}
     assert "measured ms/step" in pipe.report()
     graphed = pipe._proxy.graphed
     assert graphed.replays > 0  # the graph's trials replayed it
-    if not pipe._auto.choice.endswith("+graph"):
+    if not pipe._auto.choice.graph:
         assert not graphed._graphs  # released when auto chose a way without it
     assert piped.seen == serial.seen
     assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
@@ -131,7 +131,7 @@ def test_extra_memory_is_bounded_by_the_staging_depth(depth):
 def test_auto_without_a_backbone_does_not_try_a_graph():
     piped, trainer = run("auto", accelerator="gpu", max_epochs=3,
                          callback_kwargs=dict(backbone=False, warmup=2, trial=4, recheck=100))
-    assert set(trainer.callbacks[0]._auto.history[0].ms) == {"serial", "inline", "thread"}
+    assert {w.key for w in trainer.callbacks[0]._auto.history[0].ms} == {"serial", "inline", "thread"}
 
 
 def test_a_forward_that_cannot_be_captured_runs_eagerly_with_one_warning():
@@ -157,3 +157,38 @@ def test_a_forward_that_cannot_be_captured_runs_eagerly_with_one_warning():
     assert not torch.cuda.is_current_stream_capturing()
     assert torch.cuda.current_stream() == torch.cuda.default_stream()
     assert torch.rand(1000, device="cuda").mean().item() == pytest.approx(0.5, abs=0.1)  # the generator works
+
+
+def test_graph_under_autocast_equals_eager():
+    """bf16 and fp16 autocast: the backbone is captured with autocast active (cast cache off) and its replay
+    equals the eager forward under autocast."""
+    from lightning_streamprof.pipeline.graph import GraphedForward
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 8, 3)).cuda().eval()
+    graphed = GraphedForward(net.forward)
+    side = torch.cuda.Stream()
+    for dtype in (torch.bfloat16, torch.float16):
+        x = torch.randn(4, 3, 32, 32, device="cuda")
+        with torch.cuda.stream(side), torch.autocast("cuda", dtype=dtype):
+            first = graphed(x)
+            again = graphed(x + 1)
+            with torch.no_grad():
+                eager, eager_again = net(x), net(x + 1)
+        torch.cuda.synchronize()
+        assert first.dtype == eager.dtype == dtype
+        torch.testing.assert_close(first, eager)
+        torch.testing.assert_close(again, eager_again)
+    assert graphed.failure is None and graphed.replays == 4 and len(graphed._graphs) == 2
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_article_style_conversion_in_the_step_is_staged_and_graphed_on_cuda(precision):
+    from test_derived_input import StepConverts, fit
+
+    serial, _ = fit(StepConverts("normalize"), None, accelerator="gpu", precision=precision)
+    piped, pipe = fit(StepConverts("normalize"), dict(mode="on", cuda_graph=True), accelerator="gpu",
+                      precision=precision)
+    assert pipe._proxy.hits == pipe.staged_batches - 1 > 0
+    assert pipe._proxy.graphed.replays > 0 and pipe._proxy.graphed.failure is None
+    assert piped.losses == pytest.approx(serial.losses, rel=1e-3, abs=1e-4)
