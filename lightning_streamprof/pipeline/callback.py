@@ -131,7 +131,7 @@ class StreamPipeline(Callback):
         depth: int = 1,
         cuda_graph: bool | None = None,
         staging_thread: bool | None = None,
-        warmup: int = 20,
+        warmup: int = 10,
         trial: int = 20,
         recheck: int = 1000,
     ) -> None:
@@ -387,7 +387,7 @@ class StreamPipeline(Callback):
         way = self._next_way()
         staged = stager.slots.popleft() if stager.slots else None
         if staged is None:
-            item = base_next(fetcher)  # (batch, batch_idx, dataloader_idx); Lightning's fetch action
+            item = self._fetch(fetcher, base_next)  # Lightning's fetch action
             self._exhausted = fetcher.done
             if not way.staged:
                 self._delivered = None
@@ -407,6 +407,16 @@ class StreamPipeline(Callback):
             self._stage_next(fetcher, base_next, way)
         fetcher.done = self._exhausted and not stager.slots  # no batch after N
         return (batch, *staged.index)
+
+    def _fetch(self, fetcher: Any, base_next: Callable[[Any], Any]) -> tuple:
+        """(batch, batch_idx, dataloader_idx) from the loader; auto is told how long the loop waited."""
+        if self._auto is None:
+            return base_next(fetcher)
+        t0 = time.perf_counter()
+        try:
+            return base_next(fetcher)
+        finally:
+            self._auto.waited(time.perf_counter() - t0)
 
     def _next_way(self) -> Way:
         if self.mode == "off":
@@ -450,7 +460,7 @@ class StreamPipeline(Callback):
         assert trainer is not None and stager is not None
         try:
             with api.fetch_unprofiled(fetcher), trainer.profiler.profile(STAGE_NEXT_BATCH_ACTION):
-                item = base_next(fetcher)
+                item = self._fetch(fetcher, base_next)
                 self._exhausted = fetcher.done
                 if way.thread and stager.executor is not None:
                     stager.slots.append(Fetched(item))  # staged on the thread once the step reaches backward

@@ -66,8 +66,10 @@ def _auto_lines(auto: AutoSwitch) -> list[str]:
         ways = ", ".join(f"{w.label} {ms:.3f}" + (" (cut short)" if w in m.clear_losers else "")
                          for w, ms in m.ms.items())
         worst = f"{100 * m.worst_gain(m.best):+.1f}%" if m.best not in m.clear_losers else "lost clearly"
+        loader = (f"; serial waited for the loader {m.serial_wait_ms:.3f} ms/step ({100 * m.loader_share:.0f}%)"
+                  if m.serial_wait_ms > 0 else "")
         lines.append(f"  measured ms/step: {ways}; best pipelined {100 * m.gain:+.1f}% (its slowest trial vs the"
-                     f" fastest serial one {worst}) -> {m.choice.label}")
+                     f" fastest serial one {worst}){loader} -> {m.choice.label}")
     for r in auto.reverts:
         lines.append(f"  steady state: {r.way.label} {r.steady_ms:.3f} ms/step, slower than serial's"
                      f" {r.serial_ms:.3f} -> serial until the next trials")
