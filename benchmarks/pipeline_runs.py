@@ -67,8 +67,10 @@ class RunClock(L.Callback):
         self.t0 = self.t1 = None
         self.n0 = self.n1 = 0
         self.mem_early = self.mem_end = 0
+        self.starts: list[float] = []  # host time at each batch start (no device sync): where a run loses time
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.starts.append(time.perf_counter())
         if self.t0 is None and trainer.global_step >= START:
             _sync(trainer)
             self.t0, self.n0 = time.perf_counter(), trainer.global_step
@@ -127,7 +129,8 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, max_epochs=-1)
     trainer.fit(model, loader)
     out = {"rate": clock.rate, "mem_early_mb": clock.mem_early / 2**20, "mem_end_mb": clock.mem_end / 2**20,
-           "rank": trainer.global_rank}
+           "rank": trainer.global_rank,
+           "step_ms": [round((b - a) * 1e3, 3) for a, b in zip(clock.starts, clock.starts[1:])]}
     if pipe is not None:
         out["report"] = pipe.report()
         proxy = pipe._proxy
@@ -193,6 +196,7 @@ def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
                                   for c, r in last.items() if "report" in r}
     row["memory_mb"] = {c: [round(r["mem_early_mb"], 1), round(r["mem_end_mb"], 1)] for c, r in last.items()}
     row["summaries"] = {c: r["summary"] for c, r in last.items() if r.get("summary")}
+    row["step_ms_last_round"] = {c: r["step_ms"] for c, r in last.items()}
     return row
 
 

@@ -101,17 +101,24 @@ class GraphedForward:
 
     def _capture(self, x: torch.Tensor, amp: torch.dtype | None) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, Any]:
         static_in = x.clone()
+        stream = torch.cuda.current_stream()
         with torch.no_grad(), self._autocast(x, amp):
             for _ in range(self.warmup):  # on the current side stream, as CUDA graph capture requires
                 self.forward(static_in)
+            stream.synchronize()
             graph = torch.cuda.CUDAGraph()
+            # capture_begin/end rather than ``torch.cuda.graph``, which empties the device and pinned-host caches
+            # (the loader's pinning and the training step would then allocate afresh); thread-local: other threads
+            # (training, pinning) keep calling CUDA while this one captures
+            graph.capture_begin(capture_error_mode="thread_local")
             try:
-                # thread-local: other threads (training, pinning) keep calling CUDA while this one captures
-                with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
-                    static_out = self.forward(static_in)
+                static_out = self.forward(static_in)
             except Exception:
+                with contextlib.suppress(Exception):
+                    graph.capture_end()
                 _clear_generator_capture(x.device)
                 raise
+            graph.capture_end()
         return graph, static_in, static_out
 
     def _check(self, entry: tuple, amp: torch.dtype | None) -> None:
