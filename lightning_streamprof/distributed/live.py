@@ -2,13 +2,15 @@
 
 - Window placement: when a window ends (the same step on every rank), the ranks agree on how far the overhead
   budget moves the next window (the largest deferral any rank asks for), so every rank records the same steps.
-- Gather: window ``k`` is gathered at a step fixed when it ends (``gather_after`` steps after it, or the next
-  window's first recorded step, or the end of the stage), the same step on every rank. Each rank posts its
-  :class:`~lightning_streamprof.results.RankWindow` (a few KB; an empty payload when its analysis is not
-  ready yet) through the store; rank 0 waits at most ``timeout`` seconds, merges the states into a
-  :class:`~lightning_streamprof.distributed.state.WindowTable`, scores it, logs the numbers through the
-  Trainer's loggers, warns once about a straggler or a silent rank, and writes ``distributed.json`` beside the
-  window's traces.
+- Gather: a gather happens at a step fixed when a window ends (``gather_after`` steps after it, or the next
+  window's first recorded step) and at the end of the stage: the same steps on every rank. Each rank posts the
+  :class:`~lightning_streamprof.results.RankWindow` of every window it analysed since the last gather (a few
+  KB each; windows analyse in a worker and are ready at different steps on different ranks, so a window not
+  ready yet goes with a later gather) through the store; rank 0 waits at most ``timeout`` seconds. Once every
+  rank has sent a window (or after two more gathers, or at the end: the others are then reported missing),
+  rank 0 merges the states into a :class:`~lightning_streamprof.distributed.state.WindowTable`, scores it,
+  logs the numbers through the Trainer's loggers, warns once about a straggler or a silent rank, and writes
+  ``distributed.json`` beside the window's traces.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from typing import Any
 import msgspec
 
 from lightning_streamprof.distributed.exchange import StoreExchange
-from lightning_streamprof.distributed.state import WindowTable, decode_state, encode_state
+from lightning_streamprof.distributed.state import WindowTable, decode_state, encode_state, merge_states
 from lightning_streamprof.results import DistributedStats, RankWindow, Result, to_json
 
 #: the largest payload a rank sends for one window
 PAYLOAD_LIMIT = 64 * 1024
 #: the file rank 0 writes beside each window's traces
 DISTRIBUTED_FILE = "distributed.json"
+#: gathers a window may wait for a rank's late analysis before it is scored without that rank
+_PATIENCE = 2
 
 
 def window_metrics(stats: DistributedStats, prefix: str = "streamprof") -> dict[str, float]:
@@ -83,10 +87,13 @@ class LiveAggregator:
         self._log_metrics, self._global_step = log_metrics, global_step
         self.results: list[DistributedStats] = []  # rank 0: one per gathered window
         self.best_median_ms: dict[int, float] = {}
-        self._local: dict[int, tuple[RankWindow, int]] = {}
-        self._ended: dict[int, tuple[int | None, str]] = {}  # window -> (gather step or None: at the end, dir)
+        self._due: dict[int, int | None] = {}  # window -> the step its gather happens at (None: at the end)
+        self._dirs: dict[int, str] = {}  # window -> its directory
+        self._outbox: dict[int, bytes] = {}  # analysed windows not posted yet
+        self._steps: dict[int, int] = {}  # window -> the trainer's global step when it was recorded
+        self._pending: dict[int, tuple[dict[int, bytes], int]] = {}  # rank 0: window -> (parts by rank, gather)
+        self._gathers = 0
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamprof-distributed")
-        self._silent_warned = False
 
     # ------------------------------------------------------------------ window placement
     def agree_defer(self, window: int, steps: int) -> int:
@@ -112,53 +119,65 @@ class LiveAggregator:
         due = next_start
         if self.gather_after is not None:
             due = stop + self.gather_after if next_start is None else min(stop + self.gather_after, next_start)
-        self._ended[window] = (due, window_dir)
+        self._due[window] = due
+        self._dirs[window] = window_dir
 
     def add_local(self, window: int, analysis: Result | None, global_step: int) -> None:
-        """This rank's analysed window (its summary is what it sends)."""
+        """This rank's analysed window (an empty payload when it has no summary: rank 0 need not wait for it)."""
         stats = analysis.distributed if analysis is not None else None
-        if stats is not None and stats.summaries:
-            self._local[window] = (stats.summaries[0], global_step)
+        self._outbox[window] = payload(stats.summaries[0]) if stats is not None and stats.summaries else b""
+        self._steps[window] = global_step
 
     def at_step(self, step: int) -> None:
-        """Gather every window whose gather step has come (``step`` is run-relative, the same on every rank)."""
-        for window, (due, _) in sorted(self._ended.items()):
-            if due is not None and step >= due:
-                self._gather(window)
+        """Gather when a window's gather step has come (``step`` is run-relative, the same on every rank)."""
+        due = [w for w, d in self._due.items() if d is not None and step >= d]
+        if due:
+            for w in due:
+                del self._due[w]
+            self._guard(self._gather, final=False)
 
     def finish(self) -> None:
-        """Gather every window not gathered yet (end of the stage), then wait for the files."""
-        for window in sorted(self._ended):
-            self._gather(window)
+        """The last gather of the stage (every window analysed by now), then wait for the files."""
+        self._due.clear()
+        self._guard(self._gather, final=True)
         self._writer.shutdown(wait=True)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamprof-distributed")
 
-    # ------------------------------------------------------------------ the gather
-    def _gather(self, window: int) -> None:
-        _, window_dir = self._ended.pop(window)
-        local = self._local.pop(window, None)
-        data = payload(local[0]) if local is not None else b""
-        tag = f"w{window}"
+    def _guard(self, fn: Callable[..., None], **kwargs: Any) -> None:
         try:
-            if self.rank != 0:
-                self.exchange.post(tag, data)
-                return
-            got = self.exchange.collect(tag, ranks=range(1, self.world_size))
-        except Exception as err:  # noqa: BLE001
-            warnings.warn(f"StreamProfiler: could not gather window {window}: {err}; training goes on", stacklevel=2)
-            return
-        got[0] = data
-        self._score(window, window_dir, got, local[1] if local is not None else self._global_step())
+            fn(**kwargs)
+        except Exception as err:  # noqa: BLE001 - the aggregation never stops training
+            warnings.warn(f"StreamProfiler: distributed aggregation failed: {err!r}; training goes on", stacklevel=3)
 
-    def _score(self, window: int, window_dir: str, got: dict[int, bytes], step: int) -> None:
-        table = WindowTable(threshold=self.threshold)
+    # ------------------------------------------------------------------ the gather
+    def _gather(self, final: bool) -> None:
+        """Every rank posts the windows it analysed since the last gather; rank 0 scores each window once every
+        rank has sent it, after ``_PATIENCE`` more gathers without it, or at the end of the stage."""
+        self._gathers += 1
+        tag = f"g{self._gathers}"
+        outbox, self._outbox = self._outbox, {}
+        mine = msgspec.msgpack.encode(outbox)
+        if self.rank != 0:
+            self.exchange.post(tag, mine)
+            return
+        got = self.exchange.collect(tag, ranks=range(1, self.world_size))
+        got[0] = mine
+        for rank, data in got.items():
+            for window, part in msgspec.msgpack.decode(data, type=dict[int, bytes]).items():
+                self._pending.setdefault(window, ({}, self._gathers))[0][rank] = part
+        for window in sorted(self._pending):
+            parts, since = self._pending[window]
+            if final or len(parts) == self.world_size or self._gathers - since >= _PATIENCE:
+                del self._pending[window]
+                self._score(window, parts)
+
+    def _score(self, window: int, parts: dict[int, bytes]) -> None:
+        table = WindowTable(threshold=self.threshold, sync_on_compute=False)
         table.best_median_ms = dict(self.best_median_ms)
-        for data in got.values():
-            if data:
-                table.merge_state(decode_state(data))
-        silent = sorted(set(range(self.world_size)) - {r for r, d in got.items() if d})
+        merge_states(table, [decode_state(data) for data in parts.values() if data])
+        silent = sorted(set(range(self.world_size)) - {r for r, d in parts.items() if d})
         if not table.rank:
-            warnings.warn(f"StreamProfiler: window {window}: no rank's analysis was ready to gather", stacklevel=3)
+            warnings.warn(f"StreamProfiler: window {window}: no rank's analysis could be gathered", stacklevel=4)
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torchmetrics: compute() on merged states without update()
@@ -170,14 +189,16 @@ class LiveAggregator:
             if r.steps and r.median_own_ms > 0:
                 self.best_median_ms[r.rank] = min(self.best_median_ms.get(r.rank, r.median_own_ms), r.median_own_ms)
         self.results.append(stats)
-        self._log_metrics(window_metrics(stats), step)
+        self._log_metrics(window_metrics(stats), self._steps.pop(window, None) or self._global_step())
         if stats.message:
-            warnings.warn(f"StreamProfiler: window {window}: {stats.message}", stacklevel=3)
+            warnings.warn(f"StreamProfiler: window {window}: {stats.message}", stacklevel=4)
         if silent:
-            warnings.warn(f"StreamProfiler: window {window}: rank(s) {', '.join(map(str, silent))} sent no "
-                          f"summary within {self.exchange.timeout:g} s (no answer, or analysis not ready); "
-                          "scored without them", stacklevel=3)
-        self._writer.submit(_write, posixpath.join(window_dir, DISTRIBUTED_FILE), to_json(stats))
+            warnings.warn(f"StreamProfiler: window {window}: rank(s) {', '.join(map(str, silent))} sent no summary "
+                          f"(no answer within {self.exchange.timeout:g} s, or no analysis); scored without them",
+                          stacklevel=4)
+        window_dir = self._dirs.pop(window, None)
+        if window_dir is not None:
+            self._writer.submit(_write, posixpath.join(window_dir, DISTRIBUTED_FILE), to_json(stats))
 
 
 def _write(path: str, data: bytes) -> None:

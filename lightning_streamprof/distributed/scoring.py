@@ -77,6 +77,24 @@ def _intern(tables: Sequence[Sequence[str]], columns: Sequence[Sequence[int]]) -
     return list(out), np.concatenate(ids) if ids else np.zeros(0, np.int64)
 
 
+def _match_keys(seq: np.ndarray, group: np.ndarray, name: np.ndarray, step: np.ndarray,
+                occurrence: np.ndarray) -> np.ndarray:
+    """One id per distinct call: (group, name, seq), or (group, name, step, occurrence) without a sequence number."""
+    if not seq.size:
+        return np.zeros(0, np.int64)
+    with_seq = seq >= 0
+    position = np.where(with_seq, seq, step + 1)  # step -1 (outside steps) -> 0
+    nth = np.where(with_seq, 0, occurrence)
+    if (group.max() < 1 << 8 and name.max() < 1 << 10 and position.max() < 1 << 34 and nth.max() < 1 << 10
+            and position.min() >= 0):
+        packed = ((((~with_seq).astype(np.int64) << 8 | group) << 10 | name) << 34 | position) << 10 | nth
+        _, key = np.unique(packed, return_inverse=True)
+    else:
+        _, key = np.unique(np.stack([(~with_seq).astype(np.int64), group, name, position, nth], axis=1), axis=0,
+                           return_inverse=True)
+    return key.reshape(-1)
+
+
 def _calls(rows: Sequence[RankWindow]) -> tuple[_Calls, list[str], list[str]]:
     cs = [r.collectives for r in rows]
     names, name = _intern([c.names for c in cs], [c.name for c in cs])
@@ -92,14 +110,7 @@ def _calls(rows: Sequence[RankWindow]) -> tuple[_Calls, list[str], list[str]]:
                                     numbers[i][np.clip(np.asarray(c.step, np.int64), 0, None)], -1) if len(c) else
                            np.zeros(0, np.int64) for i, c in enumerate(cs)]) if cs else np.zeros(0, np.int64)
     start, dur, nbytes = col("start_ns"), col("dur_ns"), col("bytes")
-    with_seq = seq >= 0
-    key_rows = np.stack([(~with_seq).astype(np.int64), group, name, np.where(with_seq, seq, step),
-                         np.where(with_seq, 0, occurrence)], axis=1)
-    if key_rows.shape[0]:
-        _, key = np.unique(key_rows, axis=0, return_inverse=True)
-        key = key.reshape(-1)
-    else:
-        key = np.zeros(0, np.int64)
+    key = _match_keys(seq, group, name, step, occurrence)
     # one row per (rank, call): a call timed by several events spans them all
     composite = key * max(len(rows), 1) + rank
     uniq, first, inverse = np.unique(composite, return_index=True, return_inverse=True)
@@ -152,39 +163,45 @@ def _per_step(rows: Sequence[RankWindow], calls: _Calls, wait: np.ndarray) -> _P
                     loader=cat("dataloader_ns"), sync=sync.astype(np.int64), transfer=(coll - sync).astype(np.int64))
 
 
-def _rank_stats(per: _PerStep, rank: int, host: str | None, window: int | None, fastest: float,
-                individual: float | None, threshold: float) -> RankStats:
-    m = per.rank == rank
-    n = int(m.sum())
-
-    def mean(values: np.ndarray) -> float:
-        return float(values[m].mean()) / 1e6 if n else 0.0
-
-    own = per.step_ns[m] - per.sync[m]
-    median_own = float(np.median(own)) / 1e6 if n else 0.0
-    step, comp, comm, overlap = mean(per.step_ns), mean(per.comp), mean(per.comm), mean(per.overlap)
-    sync, transfer, loader = mean(per.sync), mean(per.transfer), mean(per.loader)
-    relative = fastest / median_own if median_own > 0 and fastest > 0 else 1.0
-    return RankStats(
-        rank=rank, host=host, window=window, steps=n, step_ms=step, computation_ms=comp - overlap,
-        overlap_ms=overlap, communication_ms=comm - overlap, other_ms=step - comp - comm + overlap, sync_ms=sync,
-        transfer_ms=transfer, dataloader_ms=loader, compute_ms=comp,
-        host_ms=max(0.0, step - sync - comp - loader - transfer), own_ms=step - sync, median_own_ms=median_own,
-        relative_score=min(relative, 1.0), individual_score=individual, straggler=relative < threshold,
-    )
+def _group_means(per: _PerStep) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    """Per rank (sorted ranks): step count, means (ms) of every per-step column and the median own time (ms)."""
+    ranks, inverse = np.unique(per.rank, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    counts = np.bincount(inverse, minlength=ranks.size)
+    means = {}
+    for f in ("step_ns", "comp", "comm", "overlap", "loader", "sync", "transfer"):
+        sums = np.bincount(inverse, weights=getattr(per, f).astype(np.float64), minlength=ranks.size)
+        means[f] = sums / np.maximum(counts, 1) / 1e6
+    own = (per.step_ns - per.sync).astype(np.float64)
+    order = np.lexsort((own, inverse))
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]) if ranks.size else np.zeros(0, np.int64)
+    lo = own[order][first + (counts - 1) // 2] if ranks.size else np.zeros(0)
+    hi = own[order][first + counts // 2] if ranks.size else np.zeros(0)
+    return ranks, counts, means, (lo + hi) / 2 / 1e6
 
 
-def _medians(per: _PerStep) -> dict[int, float]:
-    out = {}
-    for rank in np.unique(per.rank).tolist():
-        m = per.rank == rank
-        out[rank] = float(np.median(per.step_ns[m] - per.sync[m])) / 1e6
+def _ranks(per: _PerStep, hosts: Mapping[int, str | None], window: int | None,
+           individual: Mapping[int, float | None], threshold: float) -> list[RankStats]:
+    """Every rank's stats: means per step, median own time and scores against the fastest rank."""
+    ranks, counts, means, medians = _group_means(per)
+    positive = medians[medians > 0]
+    fastest = float(positive.min()) if positive.size else 0.0
+    m = {k: v.tolist() for k, v in means.items()}
+    median_own, counts = medians.tolist(), counts.tolist()
+    out = []
+    for i, rank in enumerate(ranks.tolist()):
+        step, comp, comm, overlap = m["step_ns"][i], m["comp"][i], m["comm"][i], m["overlap"][i]
+        sync, transfer, loader, med = m["sync"][i], m["transfer"][i], m["loader"][i], float(median_own[i])
+        relative = fastest / med if med > 0 and fastest > 0 else 1.0
+        out.append(RankStats(
+            rank=rank, host=hosts.get(rank), window=window, steps=int(counts[i]), step_ms=step,
+            computation_ms=comp - overlap, overlap_ms=overlap, communication_ms=comm - overlap,
+            other_ms=step - comp - comm + overlap, sync_ms=sync, transfer_ms=transfer, dataloader_ms=loader,
+            compute_ms=comp, host_ms=max(0.0, step - sync - comp - loader - transfer), own_ms=step - sync,
+            median_own_ms=med, relative_score=min(relative, 1.0), individual_score=individual.get(rank),
+            straggler=relative < threshold,
+        ))
     return out
-
-
-def _fastest(medians: Mapping[int, float]) -> float:
-    positive = [v for v in medians.values() if v > 0]
-    return min(positive) if positive else 0.0
 
 
 @dataclass
@@ -193,7 +210,7 @@ class _Window:
     per: _PerStep
     hosts: dict[int, str | None]
     late: list[LateStart]
-    ops: list[tuple[int, str, int, int, int]]  # per call row: rank, name, bytes, duration, transfer
+    ops: list[CommOpStats]
     waits: dict[int, tuple[int, int]]
     matched: int
 
@@ -205,9 +222,8 @@ def _late_starts(calls: _Calls, wait: np.ndarray, matched: np.ndarray, ranks: np
         return out
     keys = np.unique(calls.key[matched >= 2])
     order = np.lexsort((calls.dur, calls.key))
-    first_of_key = {}
-    for i in order.tolist():
-        first_of_key.setdefault(int(calls.key[i]), i)
+    starts = np.flatnonzero(np.r_[True, np.diff(calls.key[order]) != 0])
+    first_of_key = dict(zip(calls.key[order[starts]].tolist(), order[starts].tolist()))
     max_wait = np.zeros(int(calls.key.max()) + 1, np.int64)
     sum_wait = np.zeros_like(max_wait)
     np.maximum.at(max_wait, calls.key, wait)
@@ -233,22 +249,22 @@ def _score_window(rows: Sequence[RankWindow], threshold: float, best: Mapping[in
     transfer, matched = _transfer(calls)
     wait = np.where(matched >= 2, calls.dur - transfer, 0)
     per = _per_step(rows, calls, wait)
-    medians = _medians(per)
-    fastest = _fastest(medians)
-    stats = []
-    for r in rows:
-        current = medians.get(r.rank, 0.0)
-        prior = best.get(r.rank)
-        individual = (min(prior, current) / current) if prior is not None and current > 0 else None
-        stats.append(_rank_stats(per, r.rank, r.host, r.window, fastest, individual, threshold))
+    _, _, _, median_own = _group_means(per)
+    individual = {}
+    for rank, current in zip(ranks.tolist(), median_own.tolist()):
+        prior = best.get(rank)
+        individual[rank] = (min(prior, current) / current) if prior is not None and current > 0 else None
+    hosts = {r.rank: r.host for r in rows}
+    stats = _ranks(per, hosts, rows[0].window if rows else None, individual, threshold)
     window = rows[0].window if rows else None
     late = _late_starts(calls, wait, matched, ranks, names, groups, window)
     waits: dict[int, tuple[int, int]] = {}
     for ls in late:
         c, w = waits.get(ls.late_rank, (0, 0))
         waits[ls.late_rank] = (c + 1, w + ls.max_wait_ns)
-    ops = [(int(ranks[calls.rank[i]]), names[calls.name[i]], int(calls.bytes[i]), int(calls.dur[i]),
-            int(transfer[i] if matched[i] >= 2 else calls.dur[i])) for i in range(calls.key.size)]
+    transfer_of = np.where(matched >= 2, transfer, calls.dur)
+    ops = _comm_ops(ranks[calls.rank], np.array(names, dtype=object)[calls.name] if names else calls.name,
+                    calls.bytes, calls.dur, transfer_of)
     size = world_size or max([r.world_size or 0 for r in rows] + [len(rows)])
     missing = sorted(set(range(size)) - set(ranks.tolist()))
     n_matched = int(np.unique(calls.key[matched >= 2]).size) if calls.key.size else 0
@@ -258,25 +274,54 @@ def _score_window(rows: Sequence[RankWindow], threshold: float, best: Mapping[in
     return _Window(
         stats=DistributedWindow(window=window, first_step=rows[0].first_step if rows else None, ranks=stats,
                                 stragglers=stragglers, missing_ranks=missing, message=message),
-        per=per, hosts={r.rank: r.host for r in rows}, late=late, ops=ops, waits=waits, matched=n_matched,
+        per=per, hosts=hosts, late=late, ops=ops, waits=waits, matched=n_matched,
     )
 
 
-def _comm_ops(ops: Sequence[tuple[int, str, int, int, int]]) -> list[CommOpStats]:
-    acc: dict[tuple[int, str], list[int]] = {}
-    for rank, name, nbytes, dur, transfer in ops:
-        a = acc.setdefault((rank, name), [0, 0, 0, 0, 0])
-        a[0] += 1
-        if nbytes >= 0:
-            a[1] += 1
-            a[2] += nbytes
-        a[3] += dur
-        a[4] += transfer
-    out = [CommOpStats(rank=rank, name=name, calls=calls, total_bytes=total if known else None,
-                       mean_bytes=total / known if known else None, total_ns=dur, mean_ns=dur / calls,
-                       transfer_ns=transfer, mean_transfer_ns=transfer / calls)
-           for (rank, name), (calls, known, total, dur, transfer) in acc.items()]
-    return sorted(out, key=lambda o: (o.rank, -o.total_ns, o.name))
+def _comm_ops(rank: np.ndarray, name: np.ndarray, nbytes: np.ndarray, dur: np.ndarray,
+              transfer: np.ndarray) -> list[CommOpStats]:
+    """One row per (rank, collective name): calls, bytes (of the calls whose size is known), times."""
+    if not rank.size:
+        return []
+    names, name_id = np.unique(name.astype(str), return_inverse=True)
+    key = rank * names.size + name_id.reshape(-1)
+    keys, inverse = np.unique(key, return_inverse=True)
+    inverse = inverse.reshape(-1)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(inverse, weights=values.astype(np.float64), minlength=keys.size)
+
+    calls, known = total(np.ones_like(dur)).tolist(), total(nbytes >= 0).tolist()
+    size, latency, moved = (total(np.where(nbytes >= 0, nbytes, 0)).tolist(), total(dur).tolist(),
+                            total(transfer).tolist())
+    out = []
+    for i, k in enumerate(keys.tolist()):
+        n, kn = int(calls[i]), int(known[i])
+        out.append(CommOpStats(rank=k // names.size, name=str(names[k % names.size]), calls=n,
+                               total_bytes=int(size[i]) if kn else None, mean_bytes=size[i] / kn if kn else None,
+                               total_ns=int(latency[i]), mean_ns=latency[i] / n, transfer_ns=int(moved[i]),
+                               mean_transfer_ns=moved[i] / n))
+    return out
+
+
+def _merge_ops(ops: Sequence[CommOpStats]) -> list[CommOpStats]:
+    """Rows of several windows summed per (rank, name), means recomputed."""
+    acc: dict[tuple[int, str], list] = {}
+    for o in ops:
+        a = acc.setdefault((o.rank, o.name), [0, 0, 0, 0, 0])
+        known = 0 if o.total_bytes is None else round(o.total_bytes / o.mean_bytes) if o.mean_bytes else o.calls
+        a[0] += o.calls
+        a[1] += known
+        a[2] += o.total_bytes or 0
+        a[3] += o.total_ns
+        a[4] += o.transfer_ns
+    return [CommOpStats(rank=rank, name=name, calls=n, total_bytes=b if kn else None, mean_bytes=b / kn if kn else None,
+                        total_ns=t, mean_ns=t / n, transfer_ns=x, mean_transfer_ns=x / n)
+            for (rank, name), (n, kn, b, t, x) in acc.items()]
+
+
+def _sorted_ops(ops: Sequence[CommOpStats]) -> list[CommOpStats]:
+    return sorted(ops, key=lambda o: (o.rank, -o.total_ns, o.name))
 
 
 def score(summaries: Sequence[RankWindow], threshold: float = THRESHOLD, *, world_size: int | None = None,
@@ -299,12 +344,9 @@ def score(summaries: Sequence[RankWindow], threshold: float = THRESHOLD, *, worl
                 best[r.rank] = min(best.get(r.rank, r.median_own_ms), r.median_own_ms)
     per = _PerStep(*(np.concatenate([getattr(w.per, f) for w in windows]) if windows else np.zeros(0, np.int64)
                      for f in _PerStep.__dataclass_fields__))
-    medians = _medians(per)
-    fastest = _fastest(medians)
     hosts = {k: v for w in windows for k, v in w.hosts.items()}
     last_individual = {r.rank: r.individual_score for w in windows for r in w.stats.ranks}
-    ranks = [_rank_stats(per, rank, hosts.get(rank), None, fastest, last_individual.get(rank), threshold)
-             for rank in sorted(medians)]
+    ranks = _ranks(per, hosts, None, last_individual, threshold)
     waits: dict[int, tuple[int, int]] = {}
     for w in windows:
         for k, (c, t) in w.waits.items():
@@ -313,10 +355,10 @@ def score(summaries: Sequence[RankWindow], threshold: float = THRESHOLD, *, worl
     waited = [WaitedFor(rank=k, collectives=c, wait_ns=t) for k, (c, t) in sorted(waits.items())]
     late = [ls for w in windows for ls in w.late]
     n_matched = sum(w.matched for w in windows)
-    size = world_size or max([s.world_size or 0 for s in summaries] + [len(medians)])
+    size = world_size or max([s.world_size or 0 for s in summaries] + [len(ranks)])
     return DistributedStats(
         threshold=threshold, world_size=size or None, ranks=ranks, stragglers=[r.rank for r in ranks if r.straggler],
-        message=explain(ranks, waited, n_matched, threshold), comm_ops=_comm_ops([o for w in windows for o in w.ops]),
+        message=explain(ranks, waited, n_matched, threshold), comm_ops=_sorted_ops(_merge_ops([o for w in windows for o in w.ops])),
         late_starts=late, waited_for=waited, windows=[w.stats for w in windows],
         missing_ranks=sorted({m for w in windows for m in w.stats.missing_ranks}),
         summaries=list(summaries) if keep_summaries else [],

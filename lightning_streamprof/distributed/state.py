@@ -79,21 +79,28 @@ class WindowTable(Metric):
         """The gathered table as one :class:`RankWindow` per rank, in rank order."""
         out = []
         for i in range(len(self.rank)):
-            counts = self.string_counts[i].tolist()
+            counts = self.string_counts[i].numpy().tolist()
             parts = bytes(self.strings[i].numpy()).decode().split(_SEP)
             parts += [""] * (1 + counts[0] + counts[1] - len(parts))
             names, groups = parts[1:1 + counts[0]], parts[1 + counts[0]:1 + counts[0] + counts[1]]
             calls = CollectiveCalls(names=names, groups=groups,
-                                    **{f: getattr(self, n)[i].tolist() for n, f in _CALLS.items()})
+                                    **{f: getattr(self, n)[i].numpy().tolist() for n, f in _CALLS.items()})
             rank, world, window, first, trimmed = (int(getattr(self, n)[i][0]) for n in _ROW)
             out.append(RankWindow(rank=rank, world_size=_back(world), host=parts[0] if counts[2] else None,
                                   window=_back(window), first_step=_back(first), trimmed=bool(trimmed),
-                                  collectives=calls, **{f: getattr(self, n)[i].tolist() for n, f in _STEPS.items()}))
+                                  collectives=calls, **{f: getattr(self, n)[i].numpy().tolist() for n, f in _STEPS.items()}))
         return sorted(out, key=lambda r: r.rank)
 
     def compute(self) -> DistributedStats:
         """Scores of the gathered table (``best_median_ms``: earlier windows' bests, for individual scores)."""
         return score(self.rows(), self.threshold, best_median_ms=self.best_median_ms)
+
+
+def merge_states(table: WindowTable, states: list[dict[str, list[torch.Tensor]]]) -> None:
+    """Merge many ranks' states at once (one :meth:`~torchmetrics.Metric.merge_state` of their concatenation:
+    merging them one by one would copy the growing lists again for every rank)."""
+    if states:
+        table.merge_state({name: [t for state in states for t in state[name]] for name in states[0]})
 
 
 def encode_state(state: Mapping[str, list[torch.Tensor]]) -> bytes:

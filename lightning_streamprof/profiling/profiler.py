@@ -263,6 +263,7 @@ class StreamProfiler(Profiler):
                 self._log_ready(save=True)
         if getattr(self, "_aggregator", None) is not None:
             self._aggregator.finish()
+            self._log_metrics({}, self._global_step(), save=True)
 
     def _log_ready(self, save: bool = False) -> None:
         """Log analysed windows through the Trainer's loggers (on the training thread)."""
@@ -281,7 +282,8 @@ class StreamProfiler(Profiler):
         trainer = self._trainer()
         for logger in list(getattr(trainer, "loggers", []) or []) if trainer is not None else []:
             try:
-                logger.log_metrics(metrics, step=step)
+                if metrics:
+                    logger.log_metrics(metrics, step=step)
                 if save:
                     logger.save()
             except Exception as err:  # noqa: BLE001
