@@ -10,7 +10,7 @@
   rank has sent a window (or after two more gathers, or at the end: the others are then reported missing),
   rank 0 merges the states into a :class:`~lightning_streamprof.distributed.state.WindowTable`, scores it,
   logs the numbers through the Trainer's loggers, warns once about a straggler or a silent rank, and writes
-  ``distributed.json`` beside the window's traces.
+  ``streamprof/distributed.json`` in the window's directory.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from lightning_streamprof.results import DistributedStats, RankWindow, Result, t
 
 #: the largest payload a rank sends for one window
 PAYLOAD_LIMIT = 64 * 1024
-#: the file rank 0 writes beside each window's traces
-DISTRIBUTED_FILE = "distributed.json"
+#: the file rank 0 writes beside each window's traces, in a folder of its own: HTA reads every *.json file of a
+#: window directory as a trace
+DISTRIBUTED_FILE = "streamprof/distributed.json"
 #: gathers a window may wait for a rank's late analysis before it is scored without that rank
 _PATIENCE = 2
 

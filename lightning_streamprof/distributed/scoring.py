@@ -104,7 +104,7 @@ def _calls(rows: Sequence[RankWindow]) -> tuple[_Calls, list[str], list[str]]:
     def col(attr: str) -> np.ndarray:
         return np.concatenate([np.asarray(getattr(c, attr), np.int64) for c in cs]) if cs else np.zeros(0, np.int64)
 
-    seq, occurrence, step_idx = col("seq"), col("occurrence"), col("step")
+    seq, occurrence = col("seq"), col("occurrence")
     numbers = [np.asarray(r.step_numbers or [0], np.int64) for r in rows]
     step = np.concatenate([np.where(np.asarray(c.step, np.int64) >= 0,
                                     numbers[i][np.clip(np.asarray(c.step, np.int64), 0, None)], -1) if len(c) else

@@ -107,7 +107,7 @@ class StreamProfiler(Profiler):
             In a multi-rank run each window's summaries are also gathered to rank 0 and scored
             (``streamprof/rank<R>/step_ms``, ``/sync_ms``, ``/transfer_ms``, ``/relative_score``,
             ``streamprof/straggler_score``, ``streamprof/stragglers``, ``streamprof/missing_ranks``), a straggler
-            is named in a warning, and ``distributed.json`` is written beside the window's traces.
+            is named in a warning, and ``streamprof/distributed.json`` is written in the window's directory.
         straggler_threshold: A rank whose relative score (the fastest rank's median step time outside waiting
             for others / its own) is below this is a straggler.
         gather_after: Steps after a window at which the ranks' summaries are gathered; ``None``: at the next

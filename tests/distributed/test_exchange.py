@@ -56,7 +56,7 @@ def test_silent_rank_is_reported_missing_and_never_hangs(store, tmp_path):
     (stats,) = agg.results
     assert stats.missing_ranks == [1] and [r.rank for r in stats.ranks] == [0]
     assert logged and logged[0][1] == 11 and logged[0][0]["streamprof/missing_ranks"] == 1
-    assert (tmp_path / "distributed.json").exists()
+    assert (tmp_path / "streamprof" / "distributed.json").exists()
 
 
 def test_two_ranks_gather_late_windows_and_agree_on_placement(store, tmp_path):

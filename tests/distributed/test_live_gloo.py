@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from lightning_streamprof.api import analyze
-from lightning_streamprof.distributed.live import PAYLOAD_LIMIT, payload
+from lightning_streamprof.distributed.live import DISTRIBUTED_FILE, PAYLOAD_LIMIT, payload
 from lightning_streamprof.results import DistributedStats, from_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,9 +61,12 @@ def test_distributed_json_beside_each_window_and_logged(straggler):
     windows = sorted(d for d in os.listdir(straggler["run_dir"]))
     assert len(windows) == 2
     for w in windows:
-        with open(os.path.join(straggler["run_dir"], w, "distributed.json"), "rb") as f:
+        with open(os.path.join(straggler["run_dir"], w, DISTRIBUTED_FILE), "rb") as f:
             stats = from_json(f.read(), DistributedStats)
         assert stats.stragglers == [1] and [r.rank for r in stats.ranks] == [0, 1]
+        # HTA reads every *.json / *.gz file of a window directory as a trace: only the traces are there
+        files = [f for f in os.listdir(os.path.join(straggler["run_dir"], w)) if f.endswith((".json", ".gz"))]
+        assert len(files) == 2 and all(f.endswith(".pt.trace.json.gz") for f in files)
     (metrics,) = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(straggler["out"], "logs")) for f in fs
                   if f == "metrics.csv"]
     with open(metrics) as f:

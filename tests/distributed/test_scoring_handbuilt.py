@@ -149,3 +149,37 @@ def test_gloo_ranges_match_by_name_and_occurrence():
     assert late == [("all_reduce", None, 1, 30_000), ("broadcast", None, 1, 1_000)]
     assert {(o.rank, o.name): (o.calls, o.total_bytes) for o in d.comm_ops} == {
         (0, "all_reduce"): (1, 40), (0, "broadcast"): (1, 40), (1, "all_reduce"): (1, 40), (1, "broadcast"): (1, 40)}
+
+
+def _fsdp_rank(rank):
+    """FSDP-style calls: the kernel's launching operator (``nccl:...``) sits inside the ``record_param_comms`` that
+    holds the arguments; one kernel carries no arguments at all (matched by step and occurrence)."""
+    from tracebuilder import TraceBuilder
+
+    b = TraceBuilder(rank=rank, world_size=2)
+    b.step(3, 0, 100)
+    waits = {0: 0, 1: 6}[rank]  # rank 1 waits 6 µs in each call
+    for i, (name, nelems) in enumerate((("_allgather_base", 1024), ("reduce_scatter_tensor_coalesced", 2048))):
+        args = {"Collective name": name, "Process Group Name": "2", "Seq": 7 + i, "In msg nelems": nelems,
+                "Out msg nelems": nelems // 2, "dtype": "BFloat16", "Group size": 2}
+        b.op("record_param_comms", 10 + 20 * i, 5, **args)
+        ext = b.op(f"nccl:{name}", 11 + 20 * i, 3)
+        b.launch(f"ncclDevKernel_{'AllGather' if i == 0 else 'ReduceScatter_Sum_bf16'}_RING_LL", 12 + 20 * i,
+                 50 + 20 * i, 4 + waits, ext, stream=30)
+    ext = b.op("nccl:reduce_scatter", 60, 2)
+    b.launch("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", 61, 90, 3 + waits, ext, stream=30)
+    table = b.table()
+    return analyze_table(table, trace_identity(table.source, table.metadata)).distributed.summaries[0]
+
+
+def test_fsdp_names_nested_arguments_and_kernels_without_them():
+    d = score([_fsdp_rank(0), _fsdp_rank(1)])
+    ops = {(o.rank, o.name): o for o in d.comm_ops}
+    assert set(ops) == {(r, n) for r in (0, 1) for n in ("_allgather_base", "reduce_scatter_tensor_coalesced",
+                                                         "ReduceScatter")}
+    assert ops[0, "_allgather_base"].total_bytes == 2048 and ops[0, "reduce_scatter_tensor_coalesced"].total_bytes == 4096
+    assert ops[0, "ReduceScatter"].total_bytes is None  # no arguments: size unknown
+    late = sorted((ls.name, ls.seq, ls.late_rank, ls.max_wait_ns) for ls in d.late_starts)
+    assert late == [("ReduceScatter", None, 0, 6_000), ("_allgather_base", 7, 0, 6_000),
+                    ("reduce_scatter_tensor_coalesced", 8, 0, 6_000)]
+    assert d.ranks[1].sync_ms == pytest.approx(18 * MS) and d.ranks[0].sync_ms == 0
