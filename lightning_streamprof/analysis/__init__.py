@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lightning_streamprof.analysis.context import TraceContext
+from lightning_streamprof.analysis.distributed import is_distributed, rank_window
 from lightning_streamprof.analysis.gpu import gpu_metrics
 from lightning_streamprof.analysis.host import host_time, sync_waits
 from lightning_streamprof.analysis.kernels import kernel_stats, tensor_core_use
@@ -19,7 +20,9 @@ from lightning_streamprof.analysis.rules import recommend
 from lightning_streamprof.analysis.source import source_lines
 from lightning_streamprof.analysis.staging import pipeline_work
 from lightning_streamprof.analysis.steps import step_breakdown
-from lightning_streamprof.results import Result, TraceIdentity, merge
+import msgspec
+
+from lightning_streamprof.results import DistributedStats, RankWindow, Result, TraceIdentity, merge
 from lightning_streamprof.trace.table import EventTable
 
 __all__ = ["TraceContext", "analyze_table", "combine"]
@@ -29,11 +32,12 @@ def analyze_table(table: EventTable, identity: TraceIdentity | None = None) -> R
     """Run every analysis on one trace (``identity`` defaults to the table's source alone)."""
     identity = identity or TraceIdentity(path=table.source)
     ctx = TraceContext(table)
+    steps = step_breakdown(ctx, identity)
     result = Result(
         run=identity.run,
         traces=[identity],
         gpu=gpu_metrics(ctx, identity),
-        steps=step_breakdown(ctx, identity),
+        steps=steps,
         kernels=kernel_stats(ctx),
         operators=operator_stats(ctx),
         memory=memory_stats(ctx, identity),
@@ -43,14 +47,21 @@ def analyze_table(table: EventTable, identity: TraceIdentity | None = None) -> R
         syncs=sync_waits(ctx),
         pipeline=pipeline_work(ctx),
         recommendations=[],
+        distributed=distributed_of([rank_window(ctx, identity, steps)], keep=True) if is_distributed(ctx, identity)
+        else None,
     )
     return with_recommendations(result)
 
 
+def distributed_of(summaries: Sequence[RankWindow], keep: bool = False) -> DistributedStats | None:
+    """The distributed aggregation of per-rank windows (None without any)."""
+    from lightning_streamprof.distributed.scoring import score
+
+    return score(summaries, keep_summaries=keep) if summaries else None
+
+
 def with_recommendations(result: Result) -> Result:
     """``result`` with the findings of every rule on it."""
-    import msgspec
-
     return msgspec.structs.replace(result, recommendations=recommend(result))
 
 
@@ -59,4 +70,6 @@ def combine(results: Sequence[Result], run: str | None = None) -> Result:
     applied to the merged result."""
     if len(results) == 1 and results[0].run == run:
         return results[0]
-    return with_recommendations(merge(results, run=run))
+    summaries = [s for r in results if r.distributed is not None for s in r.distributed.summaries]
+    merged = msgspec.structs.replace(merge(results, run=run), distributed=distributed_of(summaries))
+    return with_recommendations(merged)

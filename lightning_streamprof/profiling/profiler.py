@@ -104,6 +104,15 @@ class StreamProfiler(Profiler):
         analyze: Analyse each window in a worker process and log its headline numbers
             (``streamprof/gpu_utilization``, ``streamprof/sm_efficiency``, ``streamprof/achieved_occupancy``,
             ``streamprof/step_ms`` and ``streamprof/step_ms/<category>``) through the Trainer's loggers.
+            In a multi-rank run each window's summaries are also gathered to rank 0 and scored
+            (``streamprof/rank<R>/step_ms``, ``/sync_ms``, ``/transfer_ms``, ``/relative_score``,
+            ``streamprof/straggler_score``, ``streamprof/stragglers``, ``streamprof/missing_ranks``), a straggler
+            is named in a warning, and ``streamprof/distributed.json`` is written in the window's directory.
+        straggler_threshold: A rank whose relative score (the fastest rank's median step time outside waiting
+            for others / its own) is below this is a straggler.
+        gather_after: Steps after a window at which the ranks' summaries are gathered; ``None``: at the next
+            window's first recorded step (or the end of the stage).
+        gather_timeout: Seconds rank 0 waits for the other ranks at a gather (then warns and goes on).
 
     Raises:
         ValueError: At construction, for a schedule that cannot work (e.g. ``active=0``).
@@ -134,6 +143,9 @@ class StreamProfiler(Profiler):
         row_limit: int = 10,
         analyze: bool = True,
         all_threads: bool | None = None,
+        straggler_threshold: float = 0.75,
+        gather_after: int | None = None,
+        gather_timeout: float = 30.0,
     ) -> None:
         super().__init__(dirpath=dirpath, filename=filename)
         if every is None and max_overhead is None:
@@ -152,6 +164,10 @@ class StreamProfiler(Profiler):
         self.row_limit = row_limit
         self.analyze = analyze
         self.all_threads = all_threads
+        self.straggler_threshold = straggler_threshold
+        self.gather_after = gather_after
+        self.gather_timeout = gather_timeout
+        self._aggregator: Any = None
         self._user_dirpath = dirpath
         self._exporter: TraceExporter | None = None
         self._recorder: WindowRecorder | None = None
@@ -182,10 +198,24 @@ class StreamProfiler(Profiler):
             self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze)
         run_dir = join_path(str(base), run_name)
         self._exporter.check_writable(run_dir)
+        self._aggregator = self._new_aggregator(run_name, rank, world_size)
+        agg = self._aggregator
         self._recorder = WindowRecorder(
             self.schedule, OverheadBudget(self.max_overhead, tail_steps=_COST_TAIL_STEPS), self._exporter,
             self._new_session, self._global_step, run_name=run_name, run_dir=run_dir, rank=rank, world_size=world_size,
+            agree=agg.agree_defer if agg is not None else None,
+            on_window_end=agg.window_ended if agg is not None else None,
         )
+
+    def _new_aggregator(self, run_name: str, rank: int, world_size: int) -> Any:
+        """The distributed aggregation of a multi-rank run (None in a single process or without analysis)."""
+        if world_size <= 1 or not self.analyze:
+            return None
+        from lightning_streamprof.distributed.live import make_aggregator
+
+        return make_aggregator(run_name, rank, world_size, threshold=self.straggler_threshold,
+                               gather_after=self.gather_after, timeout=self.gather_timeout,
+                               log_metrics=self._log_metrics, global_step=self._global_step)
 
     def _trainer(self) -> Any:
         module = getattr(self, "_lightning_module", None)
@@ -231,25 +261,33 @@ class StreamProfiler(Profiler):
             self._exporter.wait()
             if self._exporter.ready:
                 self._log_ready(save=True)
+        if getattr(self, "_aggregator", None) is not None:
+            self._aggregator.finish()
+            self._log_metrics({}, self._global_step(), save=True)
 
     def _log_ready(self, save: bool = False) -> None:
         """Log analysed windows through the Trainer's loggers (on the training thread)."""
         exporter = self._exporter
         assert exporter is not None
         ready, exporter.ready = exporter.ready, []
-        trainer = self._trainer()
-        loggers = list(getattr(trainer, "loggers", []) or []) if trainer is not None else []
         for result in ready:
+            if self._aggregator is not None:
+                self._aggregator.add_local(result.window, result.analysis, result.global_step)
             if result.analysis is None:
                 continue
-            metrics = headline_metrics(result.analysis)
-            for logger in loggers:
-                try:
-                    logger.log_metrics(metrics, step=result.global_step)
-                    if save:
-                        logger.save()
-                except Exception as err:  # noqa: BLE001
-                    warnings.warn(f"StreamProfiler: could not log window metrics: {err}", stacklevel=2)
+            self._log_metrics(headline_metrics(result.analysis), result.global_step, save)
+
+    def _log_metrics(self, metrics: dict[str, float], step: int, save: bool = False) -> None:
+        """Log through the Trainer's loggers; a logger's failure is a warning."""
+        trainer = self._trainer()
+        for logger in list(getattr(trainer, "loggers", []) or []) if trainer is not None else []:
+            try:
+                if metrics:
+                    logger.log_metrics(metrics, step=step)
+                if save:
+                    logger.save()
+            except Exception as err:  # noqa: BLE001
+                warnings.warn(f"StreamProfiler: could not log window metrics: {err}", stacklevel=2)
 
     # ------------------------------------------------------------------ hooks (the hot path)
 
@@ -261,6 +299,8 @@ class StreamProfiler(Profiler):
         if action_name.endswith(self._step_suffix):
             if self._exporter is not None and self._exporter.ready:
                 self._log_ready()
+            if self._aggregator is not None:
+                self._aggregator.at_step(recorder.next_step)
             self._guarded(recorder.step_boundary, self._resume_offset)
         if recorder.watching:
             if recorder.in_step and _ends_training_step(action_name):
@@ -305,6 +345,11 @@ class StreamProfiler(Profiler):
         return self._exporter.results
 
     @property
+    def distributed(self) -> list[Any]:
+        """Rank 0 of a multi-rank run: the scored windows so far (``DistributedStats``, one per window)."""
+        return list(self._aggregator.results) if self._aggregator is not None else []
+
+    @property
     def overhead_seconds(self) -> float:
         """Measured cost of the windows so far, in seconds of training time."""
         return self._recorder.budget.total_cost if self._recorder is not None else 0.0
@@ -317,4 +362,8 @@ class StreamProfiler(Profiler):
             if results
             else "StreamProfiler: no window was recorded."
         )
+        if self.distributed:
+            from lightning_streamprof.report.text import render_distributed
+
+            text += "\n" + "\n".join(render_distributed(d, top=self.row_limit) for d in self.distributed)
         return "\n".join([text, *(cb.report() for cb in self._staging_callbacks())])

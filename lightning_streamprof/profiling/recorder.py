@@ -39,12 +39,17 @@ class WindowRecorder:
         run_dir: str,
         rank: int,
         world_size: int,
+        agree: Callable[[int, int], int] | None = None,
+        on_window_end: Callable[[int, int, int | None, str], None] | None = None,
     ) -> None:
         self.schedule, self.budget, self.exporter = schedule, budget, exporter
         self._new_session = new_session
         self._global_step = global_step  # the trainer's, recorded with each window's result
         self.run_name, self.run_dir = run_name, run_dir
         self.rank, self.world_size = rank, world_size
+        # distributed runs: every rank's deferral of the next window agreed (window index, steps) -> steps, and
+        # told of each recorded window (index, stop, next window's start, window directory)
+        self._agree, self._on_window_end = agree, on_window_end
         self.offset = 0  # global index of the run's first step (a resumed fit continues its numbering)
         self.watching = False  # inside a window or its cost tail: full action handling
         self._window: Window | None = schedule.window(0)
@@ -67,6 +72,11 @@ class WindowRecorder:
     @property
     def in_step(self) -> bool:
         return self._step_range is not None
+
+    @property
+    def next_step(self) -> int:
+        """Run-relative index of the step the next boundary starts (the same on every rank)."""
+        return self._next_step
 
     @property
     def active(self) -> bool:
@@ -160,10 +170,11 @@ class WindowRecorder:
         self._close_ranges()
         if session is None or window is None:
             return
-        if session.recording:
+        recorded = session.recording
+        first = self.offset + window.start
+        window_dir = join_path(self.run_dir, f"w{window.index:03d}-step{first:07d}")
+        if recorded:
             local = session.save()
-            first = self.offset + window.start
-            window_dir = join_path(self.run_dir, f"w{window.index:03d}-step{first:07d}")
             identity = TraceIdentity(
                 path=join_path(window_dir, f"rank{self.rank}.{time.time_ns()}.pt.trace.json.gz"), run=self.run_name,
                 window=window.index, first_step=first, rank=self.rank, world_size=self.world_size,
@@ -176,6 +187,8 @@ class WindowRecorder:
         self._windows_done += 1
         self.budget.end_window()
         self._place_next(current=window.stop if self._open_step < 0 else self._open_step + 1)
+        if recorded and self._on_window_end is not None:
+            self._on_window_end(window.index, window.stop, self._window.start if self._window else None, window_dir)
 
     def _charge(self, seconds: float) -> None:
         """Charge a window or cost-tail step's slowdown to the budget."""
@@ -188,7 +201,10 @@ class WindowRecorder:
     def _place_next(self, current: int) -> None:
         """Next window on the grid at or after ``current``, later if the overhead budget needs it."""
         elapsed = time.perf_counter() - self._run_start if self._run_start is not None else 0.0
-        self._window = self.schedule.window(self._windows_done, not_before=current + self.budget.defer_steps(elapsed))
+        defer = self.budget.defer_steps(elapsed)
+        if self._agree is not None:
+            defer = self._agree(self._windows_done - 1, defer)
+        self._window = self.schedule.window(self._windows_done, not_before=current + defer)
         self._warmup_start = self._window.warmup_start if self._window else math.inf
 
     def stop(self) -> None:

@@ -3,6 +3,7 @@ stopped and saved to a local file by Kineto's own writer."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -48,7 +49,8 @@ class KinetoSession:
         self.recording = True
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
             info = {"backend": "none", "rank": rank, "world_size": world_size, "pg_count": 0}
-            self._prof.add_metadata_json("distributedInfo", orjson.dumps(info).decode())
+            # json.dumps writes `"rank": 0` with a space, the form HTA's rank pattern reads (orjson writes none)
+            self._prof.add_metadata_json("distributedInfo", json.dumps(info))
         for key, value in metadata.items():
             self._prof.add_metadata_json(key, orjson.dumps(value).decode())
 

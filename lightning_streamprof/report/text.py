@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lightning_streamprof.report.tables import OPERATOR_COLUMNS, console, headline_lines, ms, pct, table
-from lightning_streamprof.results import Result
+from lightning_streamprof.results import DistributedStats, Result
 
 _KERNELS = (
     ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total ms", lambda k: ms(k.total_ns)),
@@ -22,6 +22,41 @@ _MEMORY = (
     ("increase MiB", lambda m: f"{m.increase_bytes / 2**20:.2f}"),
     ("self increase MiB", lambda m: f"{m.self_increase_bytes / 2**20:.2f}"),
 )
+_RANKS = (
+    ("rank", lambda r: r.rank), ("host", lambda r: r.host), ("step ms", lambda r: f"{r.step_ms:.2f}"),
+    ("computation", lambda r: f"{r.computation_ms:.2f}"), ("overlap", lambda r: f"{r.overlap_ms:.2f}"),
+    ("communication", lambda r: f"{r.communication_ms:.2f}"), ("other", lambda r: f"{r.other_ms:.2f}"),
+    ("sync", lambda r: f"{r.sync_ms:.2f}"), ("transfer", lambda r: f"{r.transfer_ms:.2f}"),
+    ("dataloader", lambda r: f"{r.dataloader_ms:.2f}"), ("score", lambda r: f"{r.relative_score:.2f}"),
+    ("straggler", lambda r: "yes" if r.straggler else ""),
+)
+_COMM_OPS = (
+    ("rank", lambda o: o.rank), ("collective", lambda o: o.name), ("calls", lambda o: o.calls),
+    ("total MB", lambda o: "" if o.total_bytes is None else f"{o.total_bytes / 1e6:.3f}"),
+    ("mean KB", lambda o: "" if o.mean_bytes is None else f"{o.mean_bytes / 1e3:.1f}"),
+    ("total ms", lambda o: ms(o.total_ns)), ("mean ms", lambda o: ms(o.mean_ns)),
+    ("transfer ms", lambda o: ms(o.transfer_ns)), ("mean transfer ms", lambda o: ms(o.mean_transfer_ns)),
+)
+
+
+def render_distributed(stats: DistributedStats, top: int = 10) -> str:
+    """Per-rank table (ms per step), the straggler sentence and the communication-ops table."""
+    out, buf = console(140)
+    windows = {w.window for w in stats.windows}
+    where = f"window {next(iter(windows))}" if len(windows) == 1 and None not in windows else f"{len(windows)} window(s)"
+    out.print(f"Distributed ({where}, {len(stats.ranks)} of {stats.world_size or len(stats.ranks)} ranks; ms per step)",
+              markup=False, highlight=False)
+    rendered = table(None, _RANKS, stats.ranks, max(top, len(stats.ranks)) if len(stats.ranks) <= 64 else top)
+    if rendered is not None:
+        out.print(rendered)
+    out.print(f"  -> {stats.message}" if stats.message else
+              f"  no straggler (every relative score >= {stats.threshold:g})", markup=False, highlight=False)
+    if stats.missing_ranks:
+        out.print(f"  missing ranks: {', '.join(map(str, stats.missing_ranks))}", markup=False, highlight=False)
+    rendered = table("Communication ops", _COMM_OPS, stats.comm_ops, top)
+    if rendered is not None:
+        out.print(rendered)
+    return buf.getvalue().rstrip()
 
 
 def render_analysis(result: Result, top: int = 10) -> str:
@@ -36,6 +71,8 @@ def render_analysis(result: Result, top: int = 10) -> str:
         where = f"rank {device.rank} window {device.window} {device.device}" if len(traces) > 1 else device.device
         out.print(f"  memory {where}: peak allocated {device.peak_allocated_bytes / 2**20:.1f} MiB",
                   markup=False, highlight=False)
+    if result.distributed is not None:
+        out.print(render_distributed(result.distributed, top), markup=False, highlight=False)
     for title, columns, rows in (("Kernels", _KERNELS, result.kernels), ("Operators", _OPERATORS, result.operators),
                                  ("Hot source lines", _SOURCE, result.source_lines),
                                  ("Memory by operator", _MEMORY, result.memory.operators)):

@@ -15,6 +15,16 @@ from typing import Any
 
 import msgspec
 
+from lightning_streamprof.results.distributed import (
+    CollectiveCalls,
+    CommOpStats,
+    DistributedStats,
+    DistributedWindow,
+    LateStart,
+    RankStats,
+    RankWindow,
+    WaitedFor,
+)
 from lightning_streamprof.results.merge import group_runs, merge
 from lightning_streamprof.results.schema import (
     CATEGORIES,
@@ -48,6 +58,14 @@ from lightning_streamprof.results.schema import (
 
 __all__ = [
     "CATEGORIES",
+    "CollectiveCalls",
+    "CommOpStats",
+    "DistributedStats",
+    "DistributedWindow",
+    "LateStart",
+    "RankStats",
+    "RankWindow",
+    "WaitedFor",
     "DeviceMemory",
     "from_json",
     "GpuMetrics",

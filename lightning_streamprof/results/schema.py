@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 
+from lightning_streamprof.results.distributed import DistributedStats
+
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
 
 
@@ -271,7 +273,7 @@ class Result(_Result):
     syncs: SyncWaits
     pipeline: PipelineWork
     recommendations: list[Recommendation]
-    distributed: Any | None = None
+    distributed: DistributedStats | None = None
     runs: list[str] = []
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import orjson
 
 from lightning_streamprof.names import MEMORY_EVENT
+from lightning_streamprof.trace import collectives
 from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind
 
 #: stands for an absent ``device``/``stream`` argument (Kineto then means the event's pid/tid)
@@ -41,6 +42,15 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     python_id: int | None = msgspec.field(default=-1, name="Python id")
     python_parent_id: int | None = msgspec.field(default=-1, name="Python parent id")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    # collectives (kept raw: decoded only for the few events that carry them)
+    coll_name: msgspec.Raw | None = msgspec.field(default=None, name="Collective name")
+    coll_seq: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Seq")
+    coll_group: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Process Group Name")
+    coll_in: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="In msg nelems")
+    coll_out: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Out msg nelems")
+    coll_dtype: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="dtype")
+    coll_size: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Group size")
 
 
 NO_ARGS = Args()
@@ -48,6 +58,9 @@ NO_ARGS = Args()
 
 _DEFAULTS: dict[str, Any] = {name: getattr(NO_ARGS, name) for name in Args.__struct_fields__}
 _DEFAULTS.update(ts=None, dur=None)
+_COLL_FIELDS = (("Collective name", "coll_name"), ("Seq", "coll_seq"), ("Process Group Name", "coll_group"),
+                ("In msg nelems", "coll_in"), ("Out msg nelems", "coll_out"), ("dtype", "coll_dtype"),
+                ("Group size", "coll_size"))
 
 
 class Event(msgspec.Struct, gc=False):
@@ -110,6 +123,8 @@ class ColumnBuilder:
         self._kind_of = _KindOf()
         self._int_of = _IntOf()
         self._dims: dict[bytes, str | None] = {}
+        self.comm_args: dict[int, collectives.CommArgs] = {}
+        self._comm_names: list[bool] = []  # per interned string: a gloo:/nccl: range name
 
     def add_json(self, chunk: bytes) -> None:
         """Decode one ``[event, ...]`` chunk (raises msgspec errors for anything unexpected) and add it."""
@@ -173,6 +188,7 @@ class ColumnBuilder:
 
         dims_at = self._shape_strings(kind, args)
         cols["name"], shapes = self._intern([ev.name for ev in events], dims_at)
+        self._collectives(cols["name"], kind, args)
         if shapes:
             cols["shapes"][list(shapes)] = list(shapes.values())
         self._append(cols, n)
@@ -188,6 +204,25 @@ class ColumnBuilder:
         for name, col in cols.items():
             self._cols[name][start:end] = col
         self._rows = end
+
+    def _collectives(self, name: np.ndarray, kind: np.ndarray, args: list[Args]) -> None:
+        """Keep the collective arguments of the events that carry them (see :mod:`.collectives`)."""
+        base = self._rows
+        for i, value in enumerate(map(attrgetter("coll_name"), args)):
+            if value is not None:
+                a = args[i]
+                values = {key: collectives.decode_raw(getattr(a, attr)) for key, attr in _COLL_FIELDS}
+                self.comm_args[base + i] = collectives.from_values(values)
+        strings = list(self.strings)
+        self._comm_names.extend(collectives.is_gloo_range(n) for n in strings[len(self._comm_names):])
+        flags = np.fromiter(self._comm_names, bool, len(self._comm_names))
+        ranges = flags[name] & ((kind == Kind.USER_ANNOTATION) | (kind == Kind.CPU_OP)) if name.size else name.astype(bool)
+        for i in np.flatnonzero(ranges).tolist():
+            if base + i not in self.comm_args:
+                found = collectives.gloo_args(collectives.decode_raw(args[i].input_dims),
+                                              collectives.decode_raw(args[i].input_type))
+                if found is not None:
+                    self.comm_args[base + i] = found
 
     def _shape_strings(self, kind: np.ndarray, args: list[Args]) -> dict[int, str]:
         out = {}
@@ -221,4 +256,5 @@ class ColumnBuilder:
         """The table of every event added so far."""
         for col in self._cols.values():
             col.resize(self._rows, refcheck=False)
-        return EventTable(source=source, names=tuple(self.strings), metadata=metadata, **self._cols)
+        return EventTable(source=source, names=tuple(self.strings), metadata=metadata, comm_args=self.comm_args,
+                          **self._cols)

@@ -45,8 +45,15 @@ def trace_identity(path: str, metadata: dict[str, Any], root: str | None = None)
     return TraceIdentity(
         path=str(path), run=run, window=window, first_step=first_step, rank=rank,
         world_size=_int(info.get("world_size")) if isinstance(info, dict) else None,
-        host=ours.get("host") if isinstance(ours, dict) and isinstance(ours.get("host"), str) else None,
+        host=_host(ours, metadata),
     )
+
+
+def _host(ours: Any, metadata: dict[str, Any]) -> str | None:
+    """Our ``streamprof`` entry's host, else Kineto's ``host_name``."""
+    host = ours.get("host") if isinstance(ours, dict) else None
+    host = host if isinstance(host, str) else metadata.get("host_name")
+    return host if isinstance(host, str) else None
 
 
 def _relative(directory: str, root: str | None) -> str:

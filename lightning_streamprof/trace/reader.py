@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 
 from lightning_streamprof.names import MEMORY_EVENT
-from lightning_streamprof.trace import blocks
+from lightning_streamprof.trace import blocks, collectives
 from lightning_streamprof.trace.chunked import read_chunked
 from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind, TraceFormatError
 
@@ -67,6 +67,7 @@ def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
     n = len(events)
     cols = {name: np.full(n, fill, dtype) for name, dtype, fill in COLUMNS}
     kind, name, ts, dur = cols["kind"], cols["name"], cols["ts"], cols["dur"]
+    comm_args: dict[int, collectives.CommArgs] = {}
     row = 0
     for ev in events:
         if not isinstance(ev, dict):
@@ -92,6 +93,12 @@ def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
         cols["tid"][row] = _as_int(ev.get("tid"))
         args = ev.get("args")
         if isinstance(args, dict):
+            if "Collective name" in args:
+                comm_args[row] = collectives.from_values(args)
+            elif k in (Kind.USER_ANNOTATION, Kind.CPU_OP) and isinstance(label, str) and collectives.is_gloo_range(label):
+                found = collectives.gloo_args(args.get("Input Dims"), args.get("Input type"))
+                if found is not None:
+                    comm_args[row] = found
             cols["external_id"][row] = _as_int(args.get("External id", args.get("external id")))
             cols["correlation"][row] = _as_int(args.get("correlation"))
             if k == Kind.MEMORY:
@@ -122,6 +129,7 @@ def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
         source=source,
         names=tuple(strings),
         metadata=metadata,
+        comm_args=comm_args,
         **{key: col[:row] for key, col in cols.items()},
     )
 

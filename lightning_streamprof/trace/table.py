@@ -100,6 +100,8 @@ class EventTable:
     - ``shapes``: index into ``names`` of the operator's ``Input Dims`` as compact JSON, -1 if not recorded.
     - ``metadata``: every top-level key of the trace except ``traceEvents`` (``deviceProperties``,
       ``distributedInfo``, ...).
+    - ``comm_args``: row -> the collective arguments of the few events that carry them
+      (:class:`~lightning_streamprof.trace.collectives.CommArgs`).
     """
 
     source: str
@@ -125,6 +127,7 @@ class EventTable:
     python_parent_id: np.ndarray
     shapes: np.ndarray
     metadata: dict[str, Any] = field(default_factory=dict)
+    comm_args: dict[int, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
