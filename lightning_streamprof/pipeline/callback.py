@@ -166,6 +166,7 @@ class StreamPipeline(Callback):
         self._disabled: str | None = None
         self._not_staged: str | None = None
         self._warned_silent = False
+        self._capture_ahead = False
         self.staged_batches = 0
         self.serial_batches = 0
 
@@ -275,6 +276,9 @@ class StreamPipeline(Callback):
         stager.resolve_all()
         self._finish_probe()
         proxy = self._proxy
+        if proxy is not None and self._capture_ahead:
+            self._capture_ahead = False
+            self._capture_graph_ahead(proxy, stager, batch)
         if proxy is not None:
             proxy.serve(None, None)  # an output not used in its own step is never served later
             graphed = proxy.graphed
@@ -292,12 +296,30 @@ class StreamPipeline(Callback):
         if probe.found is not None:
             name, module, recipe = probe.found
             self._install_proxy(name, module, recipe)
+            graphed = self._proxy is not None and self._proxy.graphed is not None
+            self._capture_ahead = graphed and (self._way.graph or (self.mode == "auto" and self.cuda_graph is None))
             for slot in stager.slots:  # batches staged before the backbone was known
                 if isinstance(slot, StagedBatch):
                     stager.add_backbone(slot)
         else:
             self._explain_no_backbone(probe)
         self._start_auto_if_ready()
+
+    def _capture_graph_ahead(self, proxy: BackboneProxy, stager: Stager, batch: Any) -> None:
+        """Capture the backbone's graph at the end of the first step, from that step's batch, so that the graph's
+        first use (a trial of auto's, or the first staged step) replays rather than pays for the capture."""
+        graphed, trainer = proxy.graphed, self._trainer
+        if graphed is None or trainer is None or stager.stream is None:
+            return
+        try:
+            with trainer.precision_plugin.forward_context():
+                x = proxy.recipe(batch)
+        except Exception:  # noqa: BLE001 - the graph is captured when first used instead
+            return
+        stager.stream.wait_stream(torch.cuda.current_stream())
+        x.record_stream(stager.stream)
+        with torch.cuda.stream(stager.stream), trainer.precision_plugin.forward_context():
+            graphed.prepare(x)
 
     def _explain_no_backbone(self, probe: BackboneProbe) -> None:
         fix = ("Pass `backbone_input=` (a function of the batch) or move the conversion into"

@@ -62,6 +62,13 @@ class GraphedForward:
         self.replays += 1
         return _clone(static_out)
 
+    def prepare(self, x: torch.Tensor) -> None:
+        """Capture the graph for ``x``'s shape now (on the current stream), so that its first use replays."""
+        amp = _autocast_state(x.device)
+        key = (tuple(x.shape), x.dtype, x.device, amp)
+        if key not in self._graphs and self._may_capture(x):
+            self._try_capture(key, x, amp)
+
     @property
     def pending(self) -> bool:
         """Whether shapes wait for :meth:`capture_pending`."""

@@ -94,6 +94,7 @@ def test_auto_measures_serial_inline_thread_and_graph_and_equals_serial():
     assert "measured ms/step" in pipe.report()
     graphed = pipe._proxy.graphed
     assert graphed.replays > 0  # the graph's trials replayed it
+    assert graphed.eager == 0  # captured at the end of the first step: its first trial step already replays
     if not pipe._auto.choice.graph:
         assert not graphed._graphs  # released when auto chose a way without it
     assert piped.seen == serial.seen
