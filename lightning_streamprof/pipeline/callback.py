@@ -166,7 +166,7 @@ class StreamPipeline(Callback):
         self._disabled: str | None = None
         self._not_staged: str | None = None
         self._warned_silent = False
-        self._capture_ahead = False
+        self._probe_batch: Any = None
         self.staged_batches = 0
         self.serial_batches = 0
 
@@ -259,6 +259,7 @@ class StreamPipeline(Callback):
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._probe is not None and not self._probe.watching:
             self._probe.start(batch)
+            self._probe_batch = batch
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
@@ -276,9 +277,6 @@ class StreamPipeline(Callback):
         stager.resolve_all()
         self._finish_probe()
         proxy = self._proxy
-        if proxy is not None and self._capture_ahead:
-            self._capture_ahead = False
-            self._capture_graph_ahead(proxy, stager, batch)
         if proxy is not None:
             proxy.serve(None, None)  # an output not used in its own step is never served later
             graphed = proxy.graphed
@@ -293,11 +291,13 @@ class StreamPipeline(Callback):
             return
         probe.stop()
         self._probe = None
+        batch, self._probe_batch = self._probe_batch, None
         if probe.found is not None:
             name, module, recipe = probe.found
             self._install_proxy(name, module, recipe)
-            graphed = self._proxy is not None and self._proxy.graphed is not None
-            self._capture_ahead = graphed and (self._way.graph or (self.mode == "auto" and self.cuda_graph is None))
+            proxy = self._proxy
+            if proxy is not None and (self._way.graph or (self.mode == "auto" and self.cuda_graph is None)):
+                self._capture_graph_ahead(proxy, stager, batch)
             for slot in stager.slots:  # batches staged before the backbone was known
                 if isinstance(slot, StagedBatch):
                     stager.add_backbone(slot)
@@ -306,8 +306,9 @@ class StreamPipeline(Callback):
         self._start_auto_if_ready()
 
     def _capture_graph_ahead(self, proxy: BackboneProxy, stager: Stager, batch: Any) -> None:
-        """Capture the backbone's graph at the end of the first step, from that step's batch, so that the graph's
-        first use (a trial of auto's, or the first staged step) replays rather than pays for the capture."""
+        """Capture the backbone's graph as soon as the first step has found it, from that step's batch, on the
+        training thread: the graph's first use (the first batch staged on the staging thread, or auto's trial)
+        replays, never runs eagerly on the staging thread (where cuDNN would tune every convolution again)."""
         graphed, trainer = proxy.graphed, self._trainer
         if graphed is None or trainer is None or stager.stream is None:
             return

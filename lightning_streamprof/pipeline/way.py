@@ -45,11 +45,14 @@ THREAD = Way(staged=True, thread=True)
 
 def candidate_ways(inline: bool, thread: bool, graph: bool | None) -> list[Way]:
     """The ways ``auto`` tries: serial first, staging on the loop's thread if ``inline``, on the staging thread
-    if ``thread``; ``graph`` (a backbone that can be graphed): ``True`` graphs every staged way, ``None`` adds
-    the graphed way of the last staged one, ``False`` none. No graph way without a backbone."""
+    if ``thread``. ``graph`` (a backbone that can be graphed): ``True`` graphs every staged way; ``None`` adds the
+    graphed form of the last staged way and drops the eager staging-thread way (a replay does the same work with
+    fewer launches, and a first eager forward on a new thread tunes every cuDNN convolution again: cuDNN's
+    benchmark cache is per thread); ``False`` none. No graph way without a backbone."""
     staged = ([INLINE] if inline else []) + ([THREAD] if thread else [])
     if graph:
-        staged = [Way(True, w.thread, True) for w in staged]
-    elif graph is None and staged:
-        staged.append(Way(True, staged[-1].thread, True))
+        return [SERIAL, *(Way(True, w.thread, True) for w in staged)]
+    if graph is None and staged:
+        graphed = Way(True, staged[-1].thread, True)
+        staged = [w for w in staged if not w.thread] + [graphed]
     return [SERIAL, *staged]

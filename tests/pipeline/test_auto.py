@@ -184,10 +184,10 @@ def test_measurement():
 
 def test_candidate_ways_never_try_a_graph_without_a_backbone():
     assert candidate_ways(inline=True, thread=True, graph=False) == [SERIAL, INLINE, THREAD]
-    assert candidate_ways(inline=True, thread=True, graph=None) == [SERIAL, INLINE, THREAD, GRAPH]
+    assert candidate_ways(inline=True, thread=True, graph=None) == [SERIAL, INLINE, GRAPH]
     assert candidate_ways(inline=True, thread=False, graph=None) == [SERIAL, INLINE, Way(True, False, True)]
     assert candidate_ways(inline=False, thread=True, graph=True) == [SERIAL, GRAPH]
-    assert [w.key for w in candidate_ways(True, True, None)] == ["serial", "inline", "thread", "thread+graph"]
+    assert [w.key for w in candidate_ways(True, True, None)] == ["serial", "inline", "thread+graph"]
     with pytest.raises(ValueError):
         Way(staged=False, thread=True)
 

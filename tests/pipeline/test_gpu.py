@@ -90,7 +90,7 @@ def test_auto_measures_serial_inline_thread_and_graph_and_equals_serial():
     piped, trainer = run("auto", accelerator="gpu", max_epochs=3,
                          callback_kwargs=dict(backbone="backbone", warmup=2, trial=4, recheck=100))
     pipe = trainer.callbacks[0]
-    assert {w.key for w in pipe._auto.history[0].ms} == {"serial", "inline", "thread", "thread+graph"}
+    assert {w.key for w in pipe._auto.history[0].ms} == {"serial", "inline", "thread+graph"}
     assert "measured ms/step" in pipe.report()
     graphed = pipe._proxy.graphed
     assert graphed.replays > 0  # the graph's trials replayed it
