@@ -63,6 +63,11 @@ def is_dataloader(name: str) -> bool:
     return (name.startswith(_DATALOADER) and name.endswith(".__next__")) or name.startswith(_DATAPIPE)
 
 
+def loader_uses_workers(name: str) -> bool:
+    """Whether a DataLoader range is the multi-process iterator's (``num_workers > 0``)."""
+    return is_dataloader(name) and "MultiProcessing" in name
+
+
 def is_lightning_fetch(name: str) -> bool:
     """Lightning's batch fetch range, recorded by StreamProfiler: the DataLoader signal of last resort."""
     return name.startswith(PL_PROFILE) and name.endswith("_dataloader_next")
