@@ -23,6 +23,12 @@ STAGE_ON_THREAD_RANGE = PIPELINE_RANGE + ".stage_on_thread"
 LIGHTNING_MODULE_RANGE = PL_PROFILE + "[LightningModule]"
 #: the ``metadata`` key of the trace under which StreamProfiler records the window (run, window, steps, host)
 TRACE_METADATA_KEY = "streamprof"
+#: StreamPipeline's report of a run, written by the profiler in the run's directory beside its windows
+PIPELINE_NOTES_FILE = "streampipeline.txt"
+#: the HTML report the profiler writes in the run's directory at the end of a stage
+REPORT_FILE = "report.html"
+#: the counter track of GPU utilization the profiler adds to saved traces (Perfetto shows it on the timeline)
+UTILIZATION_COUNTER = "GPU utilization (%)"
 #: the name of Kineto's own span event (category ``Trace``): where the profiler recorded
 PROFILER_SPAN = "PyTorch Profiler (0)"
 #: the name of ``profile_memory`` instant events

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import Profiler
 from typing_extensions import override
 
@@ -22,8 +23,11 @@ from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedule
 from lightning_streamprof.profiling.session import Activity, KinetoSession
 from lightning_streamprof.profiling.storage import join_path
+from lightning_streamprof.profiling.run_report import moved_notes, next_commands, run_results, write_run_files
+from lightning_streamprof.report.markdown import window_markdown
 from lightning_streamprof.report.metrics import headline_metrics
-from lightning_streamprof.report.summary import render_windows
+from lightning_streamprof.report.summary import moved_note, render_windows
+from lightning_streamprof.results import RunResults
 
 #: the action that starts a step, per stage (Lightning's loops name it ``[<LoopClass>].<prefix>_next``)
 _STEP_ACTIONS = {
@@ -34,6 +38,8 @@ _STEP_ACTIONS = {
 }
 #: steps after a window whose slowdown is charged to it (trace post-processing, export thread)
 _COST_TAIL_STEPS = 2
+#: TensorBoard text tag of each window's markdown summary
+_TEXT_TAG = "streamprof/summary"
 
 
 @runtime_checkable
@@ -158,6 +164,9 @@ class StreamProfiler(Profiler):
         self._step_suffix = "\0never"
         self._global_rank = 0
         self._failed = False
+        self._reported: str | None = None
+        self._report_path: str | None = None
+        self._run: RunResults | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -231,6 +240,22 @@ class StreamProfiler(Profiler):
             self._exporter.wait()
             if self._exporter.ready:
                 self._log_ready(save=True)
+            self._write_report()
+
+    def _write_report(self) -> None:
+        """Once per stage, on global rank 0: the run's HTML report (and StreamPipeline's report) beside the traces."""
+        recorder = getattr(self, "_recorder", None)
+        if recorder is None or self._exporter is None or self._global_rank != 0 or self._reported == recorder.run_dir:
+            return
+        run = run_results(self._exporter.results, recorder.run_name)
+        if run is None:
+            return
+        self._reported = recorder.run_dir
+        text = "\n".join(cb.report() for cb in self._staging_callbacks())
+        self._report_path = write_run_files(recorder.run_dir, run, pipeline_text=text or None,
+                                            notes=moved_notes(recorder.moves, self._exporter.results),
+                                            world_size=recorder.world_size)
+        self._run = run
 
     def _log_ready(self, save: bool = False) -> None:
         """Log analysed windows through the Trainer's loggers (on the training thread)."""
@@ -239,13 +264,19 @@ class StreamProfiler(Profiler):
         ready, exporter.ready = exporter.ready, []
         trainer = self._trainer()
         loggers = list(getattr(trainer, "loggers", []) or []) if trainer is not None else []
+        moves = self._recorder.moves if self._recorder is not None else {}
         for result in ready:
             if result.analysis is None:
                 continue
             metrics = headline_metrics(result.analysis)
+            text = window_markdown(result.analysis, result.window, result.first_step, result.last_step,
+                                   moved=moved_note(result.window, result.first_step, moves.get(result.window)),
+                                   path=result.path)
             for logger in loggers:
                 try:
                     logger.log_metrics(metrics, step=result.global_step)
+                    if isinstance(logger, TensorBoardLogger) and self._global_rank == 0:
+                        logger.experiment.add_text(_TEXT_TAG, text, global_step=result.global_step)
                     if save:
                         logger.save()
                 except Exception as err:  # noqa: BLE001
@@ -312,9 +343,32 @@ class StreamProfiler(Profiler):
     @override
     def summary(self) -> str:
         results = self.windows
-        text = (
-            render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds, row_limit=self.row_limit)
-            if results
-            else "StreamProfiler: no window was recorded."
-        )
-        return "\n".join([text, *(cb.report() for cb in self._staging_callbacks())])
+        if not results:
+            return "\n".join(["StreamProfiler: no window was recorded.", *(cb.report() for cb in self._staging_callbacks())])
+        recorder = self._recorder
+        footer = [cb.report() for cb in self._staging_callbacks()]
+        if recorder is not None:
+            footer += next_commands(recorder.run_dir, self._report_path, self._log_dirs())
+        return render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds,
+                              row_limit=self.row_limit, run=self._run, moves=recorder.moves if recorder else None,
+                              footer=footer)
+
+    def _log_dirs(self) -> list[str]:
+        """The directories of the Trainer's TensorBoard loggers (for ``tensorboard --logdir``)."""
+        trainer = self._trainer()
+        out = []
+        for logger in getattr(trainer, "loggers", None) or []:
+            if isinstance(logger, TensorBoardLogger) and logger.root_dir:
+                out.append(str(logger.root_dir))
+        return out
+
+
+class streamprof(StreamProfiler):  # noqa: N801 - spelled as the short name it stands for
+    """:class:`StreamProfiler` under its short name, for LightningCLI.
+
+    ``--trainer.profiler=streamprof`` alone works in any script (the name is registered with Lightning). To pass
+    arguments (``--trainer.profiler.every=10``), LightningCLI must resolve the name to a class while it parses,
+    before the Trainer exists: it does once the script has imported ``StreamProfiler``
+    (``from lightning_streamprof import StreamProfiler``), which defines this class. The class path form
+    ``--trainer.profiler=lightning_streamprof.StreamProfiler --trainer.profiler.every=10`` always works.
+    """

@@ -59,6 +59,8 @@ class WindowRecorder:
         self._tainted = False
         self._own_time = 0.0
         self._windows_done = 0
+        #: window index -> the first step it would have recorded had the overhead budget not moved it
+        self.moves: dict[int, int] = {}
 
     @property
     def recording(self) -> bool:
@@ -188,7 +190,12 @@ class WindowRecorder:
     def _place_next(self, current: int) -> None:
         """Next window on the grid at or after ``current``, later if the overhead budget needs it."""
         elapsed = time.perf_counter() - self._run_start if self._run_start is not None else 0.0
-        self._window = self.schedule.window(self._windows_done, not_before=current + self.budget.defer_steps(elapsed))
+        defer = self.budget.defer_steps(elapsed)
+        self._window = self.schedule.window(self._windows_done, not_before=current + defer)
+        if defer and self._window is not None:
+            planned = self.schedule.window(self._windows_done, not_before=current)
+            if planned is not None and planned.start != self._window.start:
+                self.moves[self._window.index] = self.offset + planned.start
         self._warmup_start = self._window.warmup_start if self._window else math.inf
 
     def stop(self) -> None:
