@@ -3,6 +3,9 @@ report, and the commands to run next."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 
@@ -62,10 +65,22 @@ def next_commands(run_dir: str, report: str | None, log_dirs: Sequence[str] = ()
     if report:
         lines.append(f"HTML report (open it in a browser): {report}")
     lines.append("Next:")
-    lines.append(f"  streamprof analyze {run_dir}")
-    lines.append(f"  streamprof report {run_dir} -o report.html")
-    lines += [f"  tensorboard --logdir {d}" for d in log_dirs]
+    streamprof, tensorboard = command("streamprof"), command("tensorboard")
+    lines.append(f"  {streamprof} analyze {run_dir}")
+    lines.append(f"  {streamprof} report {run_dir} -o report.html")
+    lines += [f"  {tensorboard} --logdir {d}" for d in log_dirs]
     return lines
+
+
+def command(name: str) -> str:
+    """``name`` when the shell finds it, else its path beside this Python (a virtual environment not activated)."""
+    if shutil.which(name):
+        return name
+    beside = os.path.join(os.path.dirname(sys.executable), name)
+    if os.path.exists(beside):
+        relative = os.path.relpath(beside)
+        return relative if not relative.startswith("..") else beside
+    return name
 
 
 def moved_notes(moves: Mapping[int, int], windows: Sequence[WindowResult]) -> list[str]:
