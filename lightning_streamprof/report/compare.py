@@ -106,6 +106,7 @@ def groups(c: Comparison) -> list[tuple[str, str, list[Row]]]:
     out = [("Step time", "ms per step", c.step), ("Step breakdown", "ms per step", c.breakdown),
            ("GPU", "percent", c.gpu), ("Top kernels", "ms per step", c.kernels),
            ("Peak memory allocated", "MiB", c.memory), ("Step time per rank", "ms per step", c.ranks)]
+    out = [(title, unit, [r for r in rows if r.a or r.b]) for title, unit, rows in out]  # both 0 or None: left out
     return [g for g in out if g[2]]
 
 
@@ -138,6 +139,21 @@ def _html_rows(rows: list[Row]) -> str:
     columns = [("", lambda r: r.name), ("A", lambda r: r.a), ("B", lambda r: r.b), ("B - A", lambda r: r.delta),
                ("change", change)]
     return table(columns, rows)
+
+
+class Chart(str):
+    """An SVG chart as a string that notebooks show as a picture (``_repr_svg_``)."""
+
+    def _repr_svg_(self) -> str:
+        return str(self)
+
+
+def breakdown_chart(c: Comparison) -> Chart:
+    """A and B's mean step breakdown as stacked bars (ms), with its legend, standalone SVG."""
+    rows = [(f"A: {c.a_label}"[:28], c.a.steps.breakdown_ms), (f"B: {c.b_label}"[:28], c.b.steps.breakdown_ms)]
+    svg_text = svg.stacked_bars(rows, CATEGORIES, with_legend=True)
+    style = "<style>text{font:11px sans-serif;fill:#3b4252}.grid{stroke:#e6e9ef}</style>"
+    return Chart(svg_text.replace(">", ">" + style, 1))
 
 
 def render_compare_html(c: Comparison) -> str:

@@ -52,22 +52,35 @@ def legend(keys: Sequence[str], labels: Mapping[str, str] | None = None,
     return f'<div class="legend">{items}</div>'
 
 
+def _svg_legend(keys: Sequence[str], x0: float, y: float) -> tuple[str, float]:
+    """A legend row drawn inside an SVG (for a chart shown on its own); returns it and its height."""
+    out, x = [], x0
+    for i, key in enumerate(keys):
+        out.append(f'<rect x="{x:.0f}" y="{y}" width="11" height="11" fill="{color(key, i)}"/>'
+                   f'<text x="{x + 15:.0f}" y="{y + 10}" class="tick">{escape(key)}</text>')
+        x += 22 + 7 * len(key)
+    return "".join(out), 20.0
+
+
 def stacked_bars(rows: Sequence[tuple[str, Mapping[str, float]]], keys: Sequence[str], unit: str = "ms",
-                 width: int = 860, bar: int = 22) -> str:
-    """Horizontal bars, one per ``(label, {key: value})``, stacked in the order of ``keys``; total at the end."""
+                 width: int = 860, bar: int = 22, with_legend: bool = False) -> str:
+    """Horizontal bars, one per ``(label, {key: value})``, stacked in the order of ``keys``; total at the end.
+    ``with_legend`` draws the legend inside the SVG (the HTML report has its own)."""
     if not rows:
         return ""
     label_w, right = 190, 80
     plot = width - label_w - right
     top = max((sum(max(v.get(k, 0.0), 0.0) for k in keys) for _, v in rows), default=0.0) or 1.0
     gap = 8
-    height = len(rows) * (bar + gap) + 24
-    out = [f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" width="100%" '
-           f'xmlns="http://www.w3.org/2000/svg">']
+    key_row, offset = _svg_legend(keys, label_w, 4) if with_legend else ("", 0.0)
+    height = len(rows) * (bar + gap) + 24 + offset
+    out = [f'<svg class="chart" role="img" viewBox="0 0 {width} {height:.0f}" width="100%" '
+           f'xmlns="http://www.w3.org/2000/svg">{key_row}<g transform="translate(0 {offset:.0f})">']
+    inner = height - offset
     for tick in _ticks(top):
         x = label_w + plot * tick / max(top, _ticks(top)[-1])
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{height - 18}" class="grid"/>'
-                   f'<text x="{x:.1f}" y="{height - 4}" class="tick" text-anchor="middle">{_fmt_tick(tick)}</text>')
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{inner - 18:.0f}" class="grid"/>'
+                   f'<text x="{x:.1f}" y="{inner - 4:.0f}" class="tick" text-anchor="middle">{_fmt_tick(tick)}</text>')
     scale = plot / max(top, _ticks(top)[-1])
     for i, (label, values) in enumerate(rows):
         y = i * (bar + gap) + 4
@@ -85,7 +98,7 @@ def stacked_bars(rows: Sequence[tuple[str, Mapping[str, float]]], keys: Sequence
                        f'<title>{escape(label)}: {escape(key)} {value:.3f} {escape(unit)}</title></rect>')
             x += w
         out.append(f'<text x="{x + 6:.1f}" y="{y + bar * 0.7:.1f}" class="value">{total:.3f} {escape(unit)}</text>')
-    out.append("</svg>")
+    out.append("</g></svg>")
     return "".join(out)
 
 
