@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> None:
         enable_checkpointing=False,
         enable_model_summary=False,
     )
-    data = SegmentationData(args.batch_size, args.image_size, train_size=args.batch_size * args.steps, workers=args.workers)
+    data = SegmentationData(args.batch_size, args.image_size, train_size=args.batch_size * args.steps,
+                            workers=args.workers)
     trainer.fit(FrozenBackboneSegmenter(), datamodule=data)  # the profiler's summary is printed at its end
 
 

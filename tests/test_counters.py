@@ -12,7 +12,8 @@ from lightning_streamprof.api import analyze
 from lightning_streamprof.profiling.counters import add_counters, utilization_counters
 from lightning_streamprof.results import to_builtins
 
-FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "traces", "frozen_backbone.pt.trace.json.gz")
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.path.join(HERE, "fixtures", "traces", "frozen_backbone.pt.trace.json.gz")
 
 
 def test_counters_follow_the_timeline():

@@ -72,7 +72,11 @@ class StreamProfiler(Profiler):
     When the window ends the trace is handed to a background thread, which gzips it, writes it as
     ``<dirpath>/<stage>-<time>/w<window>-step<first step>/rank<global rank>.<ns>.pt.trace.json.gz``
     through a temporary name, and a worker process analyses it; :meth:`summary` shows the results.
-    The files open in Perfetto, torch-tb-profiler and HTA (``distributedInfo`` is always present).
+    The files open in Perfetto, torch-tb-profiler and HTA (``distributedInfo`` is always present), with the
+    GPU utilization as a counter track. At the end of a stage, global rank 0 writes ``report.html`` (the HTML
+    report of its windows) in the run's directory, and the summary ends with its path and the commands to run
+    next. With a ``TensorBoardLogger``, each window's markdown summary goes to the text tag
+    ``streamprof/summary``.
 
     Window placement: ``skip_first`` steps are never profiled; then a window starts every ``every``
     steps. With ``max_overhead`` set, each window's measured cost (its steps' slowdown against the median
@@ -344,7 +348,8 @@ class StreamProfiler(Profiler):
     def summary(self) -> str:
         results = self.windows
         if not results:
-            return "\n".join(["StreamProfiler: no window was recorded.", *(cb.report() for cb in self._staging_callbacks())])
+            reports = [cb.report() for cb in self._staging_callbacks()]
+            return "\n".join(["StreamProfiler: no window was recorded.", *reports])
         recorder = self._recorder
         footer = [cb.report() for cb in self._staging_callbacks()]
         if recorder is not None:

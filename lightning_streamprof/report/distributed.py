@@ -4,7 +4,9 @@ the collectives table and straggler flags.
 It reads ``Result.distributed`` defensively, as plain data (a msgspec struct or a dict): ``ranks`` (or
 ``per_rank``), a list of ``{rank, step_ms, computation_ms, overlap_ms, communication_ms, other_ms, sync_ms,
 transfer_ms, relative_score, straggler}``; ``stragglers``, a list of ranks (or of dicts with a ``rank``); and
-``comm_ops``, a list of flat dicts shown as a table. Missing keys are left empty. Without it, a run of several
+``comm_ops`` and ``waited_for``, lists of flat dicts shown as tables (``*_ns`` in ms); ``message``, a sentence
+about the straggler. Missing keys are left empty (the shape of
+:class:`~lightning_streamprof.results.distributed.DistributedStats` where it exists). Without it, a run of several
 ranks still gets per-rank bars of the step breakdown from each rank's steps.
 """
 
@@ -62,11 +64,20 @@ def _number(row: Mapping[str, Any], key: str) -> float:
 
 
 def _generic_table(rows: list[dict[str, Any]], limit: int = 50) -> str:
+    """A table of flat dicts: one column per scalar key; ``*_ns`` values shown in ms, ``*_bytes`` in MiB."""
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r if k not in keys and not isinstance(r[k], (dict, list))]
-    columns = [(k.replace("_", " "), (lambda r, k=k: r.get(k))) for k in keys]
-    return table(columns, rows, limit)
+
+    def column(key: str) -> tuple[str, Any]:
+        for suffix, unit, scale in (("_ns", "ms", 1e6), ("_bytes", "MiB", 2**20)):
+            if key.endswith(suffix):
+                words = key[: -len(suffix)].replace("_", " ")
+                return (f"{words} ({unit})",
+                        lambda r: None if not isinstance(r.get(key), (int, float)) else r[key] / scale)
+        return key.replace("_", " "), lambda r: r.get(key)
+
+    return table([column(k) for k in keys], rows, limit)
 
 
 def _ranks_from_steps(result: Result) -> list[tuple[str, dict[str, float]]]:
@@ -111,4 +122,11 @@ def render(result: Result) -> str:
     ops = comm_ops(result.distributed)
     if ops:
         parts.append("<h3>Collectives</h3>" + _generic_table(ops))
+    data = as_data(result.distributed)
+    waited = [w for w in data.get("waited_for") or [] if isinstance(w, Mapping)]
+    if waited:
+        parts.append("<h3>Ranks the others waited for</h3>" + _generic_table(waited))
+    message = data.get("message")
+    if isinstance(message, str) and message:
+        parts.insert(0, f'<p class="warn">{escape(message)}</p>')
     return "".join(parts)

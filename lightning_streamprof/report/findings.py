@@ -53,7 +53,8 @@ def findings(result: Result, windows: Sequence[WindowResults] = ()) -> list[Find
         if key in seen:
             continue
         seen.add(key)
-        out.append(Finding(rec.id, rec.message, dict(rec.evidence), [(lbl, dict(x.evidence)) for lbl, x in per.get(key, [])]))
+        evidence = [(label, dict(found.evidence)) for label, found in per.get(key, [])]
+        out.append(Finding(rec.id, rec.message, dict(rec.evidence), evidence))
     for key, found in per.items():
         if key not in seen:
             first = found[0][1]

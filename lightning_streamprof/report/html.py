@@ -131,8 +131,8 @@ def _gpu_timelines(result: Result) -> str:
         return note("No GPU kernels in the traces (a CPU-only run): nothing to show here.") if not result.gpu else ""
     more = note(f"{len(figures)} of {len(result.gpu)} devices shown.") if len(result.gpu) > len(figures) else ""
     keys = ["GPU utilization %", "Est. SM efficiency %"]
-    return (svg.legend(keys, colors=dict(zip(keys, (svg.color("kernel"), _SM_COLOR)))) + f'<div class="grid2">{"".join(figures)}</div>'
-            + more)
+    colors = dict(zip(keys, (svg.color("kernel"), _SM_COLOR)))
+    return svg.legend(keys, colors=colors) + f'<div class="grid2">{"".join(figures)}</div>' + more
 
 
 def _kernels(result: Result) -> str:
@@ -205,7 +205,8 @@ def _memory(result: Result) -> str:
         ("self increase (MiB)", lambda m: _mib(m.self_increase_bytes)),
     ]
     keys = ["allocated MiB", "reserved MiB"]
-    return (svg.legend(keys, colors=dict(zip(keys, (svg.color("kernel"), svg.color("memcpy"))))) + f'<div class="grid2">{"".join(figures)}</div>'
+    colors = dict(zip(keys, (svg.color("kernel"), svg.color("memcpy"))))
+    return (svg.legend(keys, colors=colors) + f'<div class="grid2">{"".join(figures)}</div>'
             + "<h3>Memory by operator</h3>" + table(columns, mem.operators, TOP))
 
 
@@ -231,7 +232,8 @@ def _pipeline(result: Result, pipeline_text: str | None) -> str:
         parts.append(cards([
             ("StreamPipeline in the traces", "staging" if work.pipelined else "not used",
              "its ranges are in the steps" if work.pipelined else "add StreamPipeline() to the callbacks"),
-            ("on_after_batch_transfer", f"{_ms(work.hook_ns) / n:.3f} ms", "per step: " + ", ".join(work.hook_names[:3])),
+            ("on_after_batch_transfer", f"{_ms(work.hook_ns) / n:.3f} ms",
+             "per step: " + ", ".join(work.hook_names[:3])),
             ("frozen modules' forward", f"{_ms(work.frozen_ns) / n:.3f} ms",
              "per step: " + ", ".join(work.frozen_names[:3])),
         ]))

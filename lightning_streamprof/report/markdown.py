@@ -28,7 +28,8 @@ def window_markdown(result: Result, window: int, first_step: int, last_step: int
     if path:
         lines += ["", f"Trace: `{_escape(path)}`"]
     if result.gpu:
-        lines += ["", "| device | GPU utilization | Est. SM efficiency | Est. achieved occupancy |", "|---|--:|--:|--:|"]
+        lines += ["", "| device | GPU utilization | Est. SM efficiency | Est. achieved occupancy |",
+                  "|---|--:|--:|--:|"]
         lines += [f"| cuda:{g.device} | {pct(g.utilization)} | {pct(g.sm_efficiency)} | {pct(g.achieved_occupancy)} |"
                   for g in result.gpu]
     steps = result.steps

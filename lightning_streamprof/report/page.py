@@ -67,7 +67,8 @@ document.querySelectorAll("table.sortable th").forEach(function (th, _, all) {
     th.dataset.sort = asc ? "asc" : "desc";
     var rows = Array.prototype.slice.call(body.rows);
     rows.sort(function (a, b) {
-      var x = a.cells[col].dataset.v || a.cells[col].textContent, y = b.cells[col].dataset.v || b.cells[col].textContent;
+      var x = a.cells[col].dataset.v || a.cells[col].textContent;
+      var y = b.cells[col].dataset.v || b.cells[col].textContent;
       var nx = parseFloat(x), ny = parseFloat(y);
       var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
       return asc ? c : -c;

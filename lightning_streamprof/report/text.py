@@ -20,7 +20,8 @@ from lightning_streamprof.results import Result, WindowResults
 _KERNELS = (
     ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total (ms)", lambda k: ms(k.total_ns)),
     ("mean (ms)", lambda k: ms(k.mean_ns)), ("max (ms)", lambda k: ms(k.max_ns)),
-    ("blocks per SM", lambda k: k.blocks_per_sm), ("occupancy", lambda k: None if k.occupancy is None else pct(k.occupancy)),
+    ("blocks per SM", lambda k: k.blocks_per_sm),
+    ("occupancy", lambda k: None if k.occupancy is None else pct(k.occupancy)),
     ("Tensor Cores", lambda k: "yes" if k.tensor_cores else None),
 )
 _OPERATORS = (*OPERATOR_COLUMNS, ("device total (ms)", lambda o: ms(o.device_total_ns) if o.device_total_ns else None))

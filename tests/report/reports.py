@@ -21,7 +21,10 @@ DISTRIBUTED = {
          "other_ms": 1.5, "sync_ms": 0.2, "transfer_ms": 1.5, "relative_score": 0.71, "straggler": True},
     ],
     "stragglers": [1],
-    "comm_ops": [{"name": "nccl:all_reduce <fused>", "calls": 12, "sync_ms": 0.7, "transfer_ms": 3.0}],
+    "comm_ops": [{"rank": 0, "name": "nccl:all_reduce <fused>", "calls": 12, "total_bytes": 48 * 2**20,
+                  "total_ns": 3_700_000, "transfer_ns": 3_000_000}],
+    "waited_for": [{"rank": 1, "collectives": 12, "wait_ns": 2_400_000}],
+    "message": "rank 1 is a straggler: its steps take 40% longer",
 }
 
 

@@ -38,7 +38,10 @@ def test_every_section_has_the_runs_numbers():
     assert "aten::cudnn_convolution" in operators and "Hot source lines" in operators
     assert "workloads.py:81" in operators
     assert "<polyline" in _section(html, "memory") and "Memory by operator" in _section(html, "memory")
-    assert "straggler" in _section(html, "distributed") and "nccl:all_reduce &lt;fused&gt;" in html
+    dist = _section(html, "distributed")
+    assert "rank 1 (straggler)" in dist and "nccl:all_reduce &lt;fused&gt;" in dist
+    assert "total (ms)" in dist and ">3.700<" in dist and "total (MiB)" in dist and ">48.000<" in dist
+    assert "rank 1 is a straggler: its steps take 40% longer" in dist and "Ranks the others waited for" in dist
     recs = _section(html, "recommendations")
     assert "host_bound" in recs and "stream_pipeline" in recs
     assert "pipelined, 1.18x" in _section(html, "pipeline")

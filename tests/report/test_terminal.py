@@ -71,7 +71,8 @@ def test_moved_window_is_said():
 
 def test_markdown_summary():
     result = analyze(MEMORY_STACK)
-    text = window_markdown(result, 1, 42, 44, moved=moved_note(1, 42, 32), path="s3://b/run/w001/rank0.pt.trace.json.gz")
+    path = "s3://b/run/w001/rank0.pt.trace.json.gz"
+    text = window_markdown(result, 1, 42, 44, moved=moved_note(1, 42, 32), path=path)
     assert text.startswith("**StreamProfiler window 1**: steps 42-44")
     assert "moved by the overhead budget" in text and "`s3://b/run/w001/rank0.pt.trace.json.gz`" in text
     assert "| cuda:0 | 4.2% |" in text and "| kernel |" in text and "`host_bound`" in text
