@@ -1,8 +1,11 @@
-"""Train the frozen-backbone segmentation example with StreamProfiler and StreamPipeline; print where the
-traces are and what the pipeline did.
+"""Train the frozen-backbone segmentation example with StreamProfiler and StreamPipeline; the profiler's summary
+ends with the HTML report's path, what StreamPipeline did and the commands to run next.
 
     python examples/frozen_backbone.py                      # small run, CPU when there is no GPU
     python examples/frozen_backbone.py --image-size 256 --batch-size 8 --steps 2000 --workers 8
+
+The same workload from a YAML config (LightningCLI): ``python examples/train.py fit --config
+examples/configs/frozen_backbone.yaml``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
+from quiet import quiet_lightning  # noqa: E402
 from workloads import FrozenBackboneSegmenter, SegmentationData  # noqa: E402
 
 from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
@@ -36,12 +40,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
 
-    L.seed_everything(0)
+    quiet_lightning()
+    L.seed_everything(0, verbose=False)
     profiler = StreamProfiler(skip_first=10, warmup=1, active=3, every=args.every, max_overhead=None)
     pipeline = StreamPipeline(backbone="encoder", mode=args.pipeline)
     trainer = L.Trainer(
         callbacks=[pipeline],
-        max_steps=args.steps,
+        max_epochs=1,  # the data set holds exactly `steps` batches
         accelerator="auto",
         devices=1,
         profiler=profiler,
@@ -51,13 +56,9 @@ def main(argv: list[str] | None = None) -> None:
         enable_checkpointing=False,
         enable_model_summary=False,
     )
-    data = SegmentationData(args.batch_size, args.image_size, train_size=args.batch_size * args.steps, workers=args.workers)
-    trainer.fit(FrozenBackboneSegmenter(), datamodule=data)
-    device = "GPU" if torch.cuda.is_available() else "CPU"
-    print(f"\nTrained {trainer.global_step} steps on {device}. Traces ({len(profiler.windows)} windows):")
-    for window in profiler.windows:
-        print(f"  steps {window.first_step}-{window.last_step}: {window.path}")
-    print(pipeline.report())
+    data = SegmentationData(args.batch_size, args.image_size, train_size=args.batch_size * args.steps,
+                            workers=args.workers)
+    trainer.fit(FrozenBackboneSegmenter(), datamodule=data)  # the profiler's summary is printed at its end
 
 
 if __name__ == "__main__":

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 
 import lightning as L
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_streamprof import StreamPipeline, StreamProfiler
-from lightning_streamprof import transforms as T
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from quiet import quiet_lightning  # noqa: E402
+from workloads import sized  # noqa: E402
+
+from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
+from lightning_streamprof import transforms as T  # noqa: E402
 
 
 class RandomImages(Dataset):
@@ -35,8 +42,9 @@ class RandomImages(Dataset):
 class Classifier(L.LightningModule):
     """1x1 conv 3->16, then 2x2 stride-2 convs doubling the channels down to 1x1, flatten, linear to 10."""
 
-    def __init__(self, image_size: int = 256, seed: int = 0) -> None:
+    def __init__(self, image_size: int | None = 256, seed: int = 0) -> None:
         super().__init__()
+        image_size = sized(image_size, 256, 32)
         layers: list[nn.Module] = [nn.Conv2d(3, 16, 1), nn.ReLU()]
         channels = 16
         for _ in range(int(math.log2(image_size))):
@@ -73,6 +81,30 @@ class Classifier(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
 
 
+class ImageData(L.LightningDataModule):
+    """Random uint8 images and labels for the classifier; ``None`` sizes are the published workload's on a GPU
+    (256x256, batch 32, 8 workers, 500 steps) and small on CPU (32x32, batch 16, 2 workers, 40 steps)."""
+
+    def __init__(self, batch_size: int | None = None, image_size: int | None = None, steps: int | None = None,
+                 workers: int | None = None) -> None:
+        super().__init__()
+        batch_size = sized(batch_size, 32, 16)
+        image_size = sized(image_size, 256, 32)
+        steps = sized(steps, 500, 40)
+        workers = sized(workers, 8, 2)
+        self.save_hyperparameters()
+        self.hparams.batch_size = batch_size
+        self.hparams.image_size = image_size
+        self.hparams.steps = steps
+        self.hparams.workers = workers
+
+    def train_dataloader(self) -> DataLoader:
+        h = self.hparams
+        return DataLoader(RandomImages(h.batch_size * h.steps, h.image_size), batch_size=h.batch_size,
+                          num_workers=h.workers, pin_memory=torch.cuda.is_available(),
+                          persistent_workers=h.workers > 0)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--image-size", type=int, default=64)
@@ -83,17 +115,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--root", default="streamprof_runs/gpu_augmentation")
     p.add_argument("--profile-at", type=int, default=10, help="steps before the profiled window")
     args = p.parse_args(argv)
-    L.seed_everything(0)
+    quiet_lightning()
+    L.seed_everything(0, verbose=False)
     pipeline = StreamPipeline(backbone=False, mode=args.pipeline)
     trainer = L.Trainer(
-        max_steps=args.steps, accelerator="auto", devices=1, default_root_dir=args.root, callbacks=[pipeline],
+        max_epochs=1, accelerator="auto", devices=1, default_root_dir=args.root, callbacks=[pipeline],
         profiler=StreamProfiler(skip_first=args.profile_at, warmup=1, active=3, every=0), enable_checkpointing=False,
         enable_model_summary=False,
     )
     loader = DataLoader(RandomImages(args.batch_size * args.steps, args.image_size), batch_size=args.batch_size,
                         num_workers=args.workers, pin_memory=torch.cuda.is_available(), persistent_workers=args.workers > 0)
-    trainer.fit(Classifier(args.image_size), loader)
-    print(pipeline.report())
+    trainer.fit(Classifier(args.image_size), loader)  # the profiler's summary (with the pipeline's report) ends it
 
 
 if __name__ == "__main__":

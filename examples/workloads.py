@@ -1,7 +1,8 @@
 """The seed workloads as Lightning programs: a frozen CNN encoder with a trainable segmentation head.
 
 Synthetic data as in the published experiments: uint8 images ``3 x S x S`` and per-pixel int64 labels
-(10 classes), made by DataLoader workers.
+(10 classes), made by DataLoader workers. Sizes left ``None`` are the published ones on a GPU and small ones on
+CPU (:func:`sized`), so the same YAML config runs quickly anywhere.
 """
 
 from __future__ import annotations
@@ -10,6 +11,13 @@ import lightning as L
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+
+
+def sized(value: int | None, gpu: int, cpu: int) -> int:
+    """``value``, or when None the full size on a GPU and a small one on CPU."""
+    if value is not None:
+        return value
+    return gpu if torch.cuda.is_available() else cpu
 
 
 class SyntheticSegmentation(Dataset):
@@ -107,11 +115,24 @@ class FrozenBackboneSegmenter(L.LightningModule):
 
 
 class SegmentationData(L.LightningDataModule):
+    """Synthetic segmentation data: ``train_size`` uint8 images and int64 label maps made by ``workers`` processes.
+
+    ``None``: 256x256 images, 16384 samples and 8 workers on a GPU (the published workload); 64x64, 480 samples
+    and 2 workers on CPU.
+    """
+
     def __init__(
-        self, batch_size: int = 8, image_size: int = 256, train_size: int = 2048, val_size: int = 0, workers: int = 8
+        self, batch_size: int = 8, image_size: int | None = None, train_size: int | None = None, val_size: int = 0,
+        workers: int | None = None,
     ) -> None:
         super().__init__()
+        image_size = sized(image_size, 256, 64)
+        train_size = sized(train_size, 16384, 480)
+        workers = sized(workers, 8, 2)
         self.save_hyperparameters()
+        self.hparams.image_size = image_size
+        self.hparams.train_size = train_size
+        self.hparams.workers = workers
 
     def _loader(self, length: int, seed: int, shuffle: bool) -> DataLoader:
         h = self.hparams

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import msgspec
 from fsspec.core import url_to_fs
@@ -10,6 +11,9 @@ from fsspec.core import url_to_fs
 from lightning_streamprof.results import Result, RunResults, WindowResults, group_runs
 from lightning_streamprof.trace.identity import trace_identity
 from lightning_streamprof.trace.reader import TraceFormatError, read_trace
+
+#: ``progress(done, total, trace)``: how far :func:`analyze_runs` has read
+Progress = Callable[[int, int, str], None]
 
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", ".json", ".json.gz")
 
@@ -50,12 +54,21 @@ def analyze_file(path: str, root: str | None = None) -> Result:
     return analyze_table(table, trace_identity(path, table.metadata, root))
 
 
-def analyze_runs(path: str | os.PathLike) -> list[RunResults]:
-    """Every run under ``path``: its windows, each window's ranks, and the run's traces merged."""
+def analyze_runs(path: str | os.PathLike, progress: Progress | None = None) -> list[RunResults]:
+    """Every run under ``path``: its windows, each window's ranks, and the run's traces merged.
+
+    ``progress(done, total, trace)`` is called before each trace is read (``done`` read so far) and once at the end.
+    """
     from lightning_streamprof.analysis import combine
 
     paths, root = find_traces(str(path))
-    results = [analyze_file(p, root) for p in paths]
+    results = []
+    for i, p in enumerate(paths):
+        if progress is not None:
+            progress(i, len(paths), p)
+        results.append(analyze_file(p, root))
+    if progress is not None:
+        progress(len(paths), len(paths), "")
     runs = []
     for run, windows in group_runs(results).items():
         every = [r for ranks in windows.values() for r in ranks]

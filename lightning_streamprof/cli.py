@@ -26,15 +26,44 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--top", type=int, default=10, help="rows per table in the text report")
     analyze.add_argument("--run", help="the run to report when the directory holds several (default: each run in "
                                        "the text report; --json needs one)")
+    _add_report(sub)
+    _add_compare(sub)
     return parser
 
 
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    report = sub.add_parser(
+        "report",
+        help="one self-contained HTML file: charts and tables of the traces, recommendations",
+        description="Write one self-contained HTML report (works offline) of a trace, a window or a run "
+                    "(local path or fsspec URL).",
+    )
+    report.add_argument("path", help="trace file or directory of traces (a run, a window, or a directory of runs)")
+    report.add_argument("-o", "--output", default="streamprof-report.html",
+                        help="the HTML file to write (default: %(default)s; an fsspec URL works)")
+    report.add_argument("--run", help="only this run of a directory that holds several (default: every run)")
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    compare = sub.add_parser(
+        "compare",
+        help="what changed between two runs, windows or traces: step time, breakdown, kernels, memory, ranks",
+        description="Compare B against A: each is a trace file or a directory (a run or a window), local or URL.",
+    )
+    compare.add_argument("a", help="the baseline: trace file or directory")
+    compare.add_argument("b", help="the one to compare with the baseline")
+    compare.add_argument("--run-a", help="the run of A, when A holds several")
+    compare.add_argument("--run-b", help="the run of B, when B holds several")
+    compare.add_argument("--top", type=int, default=10, help="kernels of each side to compare (default: %(default)s)")
+    compare.add_argument("-o", "--output", help="also write the comparison as a self-contained HTML file")
+
+
 def _analyze(args: argparse.Namespace) -> int:
-    from lightning_streamprof.api import SeveralRunsError, analyze_runs, select_run
+    from lightning_streamprof.api import SeveralRunsError, select_run
     from lightning_streamprof.trace import TraceFormatError
 
     try:
-        runs = analyze_runs(args.path)
+        runs = _read_runs(args.path)
         results = [select_run(runs, args.run, args.path)] if args.run or args.json else [r.merged for r in runs]
     except (TraceFormatError, SeveralRunsError) as err:
         print(f"streamprof: error: {err}", file=sys.stderr)
@@ -48,8 +77,70 @@ def _analyze(args: argparse.Namespace) -> int:
     else:
         from lightning_streamprof.report.text import render_analysis
 
-        sys.stdout.write("\n\n".join(render_analysis(r, top=args.top) for r in results) + "\n")
+        windows = {r.run: r.windows for r in runs}
+        sys.stdout.write("\n\n".join(render_analysis(r, top=args.top, windows=windows.get(r.run, ()))
+                                     for r in results) + "\n")
     return 0
+
+
+def _read_runs(path: str) -> list:
+    """Every run under ``path``, with a progress bar on a terminal for a remote URL or many traces."""
+    from lightning_streamprof.api import analyze_runs
+    from lightning_streamprof.report.progress import reading
+
+    with reading(path) as progress:
+        return analyze_runs(path, progress=progress)
+
+
+def _write_text(path: str, text: str) -> None:
+    import fsspec
+
+    with fsspec.open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from lightning_streamprof.api import SeveralRunsError
+    from lightning_streamprof.report.html import render_report
+    from lightning_streamprof.report.pipeline_notes import read_pipeline_notes
+    from lightning_streamprof.trace import TraceFormatError
+
+    try:
+        runs = _read_runs(args.path)
+        if args.run is not None:
+            runs = [r for r in runs if r.run == args.run]
+            if not runs:
+                raise TraceFormatError(args.path, f"no run named {args.run!r}")
+        html = render_report(runs, args.path, pipeline=read_pipeline_notes(runs))
+        _write_text(args.output, html)
+    except (TraceFormatError, SeveralRunsError, OSError) as err:
+        print(f"streamprof: error: {err}", file=sys.stderr)
+        return 2
+    print(f"Wrote {args.output}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from lightning_streamprof.api import SeveralRunsError, select_run
+    from lightning_streamprof.report.compare import compare, render_compare_html, render_compare_text
+    from lightning_streamprof.trace import TraceFormatError
+
+    try:
+        a = select_run(_read_runs(args.a), args.run_a, args.a)
+        b = select_run(_read_runs(args.b), args.run_b, args.b)
+        comparison = compare(a, b, _label(args.a, args.run_a), _label(args.b, args.run_b), top=args.top)
+        sys.stdout.write(render_compare_text(comparison) + "\n")
+        if args.output:
+            _write_text(args.output, render_compare_html(comparison))
+            print(f"Wrote {args.output}")
+    except (TraceFormatError, SeveralRunsError, OSError) as err:
+        print(f"streamprof: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _label(path: str, run: str | None) -> str:
+    return f"{path} (run {run})" if run else path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "analyze":
         return _analyze(args)
+    if args.command == "report":
+        return _report(args)
+    if args.command == "compare":
+        return _compare(args)
     parser.print_help()
     return 0
 

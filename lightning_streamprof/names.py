@@ -23,6 +23,12 @@ STAGE_ON_THREAD_RANGE = PIPELINE_RANGE + ".stage_on_thread"
 LIGHTNING_MODULE_RANGE = PL_PROFILE + "[LightningModule]"
 #: the ``metadata`` key of the trace under which StreamProfiler records the window (run, window, steps, host)
 TRACE_METADATA_KEY = "streamprof"
+#: StreamPipeline's report of a run, written by the profiler in the run's directory beside its windows
+PIPELINE_NOTES_FILE = "streampipeline.txt"
+#: the HTML report the profiler writes in the run's directory at the end of a stage
+REPORT_FILE = "report.html"
+#: the counter track of GPU utilization the profiler adds to saved traces (Perfetto shows it on the timeline)
+UTILIZATION_COUNTER = "GPU utilization (%)"
 #: the name of Kineto's own span event (category ``Trace``): where the profiler recorded
 PROFILER_SPAN = "PyTorch Profiler (0)"
 #: the name of ``profile_memory`` instant events
@@ -61,6 +67,11 @@ def is_step(name: str) -> bool:
 def is_dataloader(name: str) -> bool:
     """PyTorch's DataLoader ranges, as torch-tb-profiler reads them: ``enumerate(DataLoader)#...__next__``."""
     return (name.startswith(_DATALOADER) and name.endswith(".__next__")) or name.startswith(_DATAPIPE)
+
+
+def loader_uses_workers(name: str) -> bool:
+    """Whether a DataLoader range is the multi-process iterator's (``num_workers > 0``)."""
+    return is_dataloader(name) and "MultiProcessing" in name
 
 
 def is_lightning_fetch(name: str) -> bool:

@@ -17,3 +17,12 @@ def test_notebook_code_cells_run(monkeypatch, capsys):
             if cell["cell_type"] == "code":
                 exec(compile("".join(cell["source"]), f"{name} cell", "exec"), namespace)
     assert "GPU utilization" in capsys.readouterr().out
+
+
+def test_walkthrough_keeps_its_outputs():
+    """The walkthrough is saved with what it printed and its chart, so it reads well without running it."""
+    with open(os.path.join(NOTEBOOKS, "walkthrough.ipynb")) as f:
+        cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "code"]
+    assert all(c["outputs"] for c in cells)
+    charts = [o for c in cells for o in c["outputs"] if "image/svg+xml" in o.get("data", {})]
+    assert charts and "<rect" in "".join(charts[0]["data"]["image/svg+xml"])

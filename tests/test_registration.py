@@ -85,3 +85,22 @@ def test_console_script():
     assert out.returncode == 0 and out.stdout.startswith("streamprof ")
     out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "profiler='streamprof'" in out.stdout
+
+
+CLI_WITH_IMPORT = """
+import sys
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.demos.boring_classes import BoringModel
+from lightning_streamprof import StreamProfiler
+cli = LightningCLI(BoringModel, run=False, args=sys.argv[1:], save_config_callback=None)
+p = cli.trainer.profiler
+print(isinstance(p, StreamProfiler), p.schedule.every, p.schedule.active)
+"""
+
+
+@pytest.mark.parametrize("name", ["streamprof", "StreamProfiler"])
+def test_lightning_cli_short_name_with_arguments(name):
+    """With StreamProfiler imported by the script, the short names take ``--trainer.profiler.<arg>=...``."""
+    out = run_python(CLI_WITH_IMPORT, f"--trainer.profiler={name}", "--trainer.profiler.every=10",
+                     "--trainer.profiler.active=4", "--trainer.logger=false")
+    assert out.split() == ["True", "10", "4"]

@@ -135,9 +135,35 @@ class TraceContext:
     # ------------------------------------------------------------------ user frames
     @cached_property
     def user_frames(self) -> np.ndarray:
-        """``python_function`` rows of user code (``with_stack`` traces)."""
+        """``python_function`` rows of user code (``with_stack`` traces), leaving out the frames that only start
+        the run: a frame that encloses a whole step on its thread (the script's ``trainer.fit(...)`` or
+        ``LightningCLI(...)`` line) runs the training loop, so what Lightning does inside the step is not that
+        line's; the step's own user code (``training_step``, hooks) is inside the step and stays."""
         frames = self.table.select(Kind.PYTHON_FUNCTION)
-        return frames[self.mask(frames, is_user_frame)]
+        frames = frames[self.mask(frames, is_user_frame)]
+        return frames[~self._encloses_a_step(frames)]
+
+    def _encloses_a_step(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each of ``rows`` starts at or before some step's start and ends at or after its end, on the
+        step's thread."""
+        out = np.zeros(rows.size, bool)
+        steps = self.step_marks
+        if rows.size == 0 or steps.size == 0:
+            return out
+        t = self.table
+        step_threads, row_threads = self.thread_keys(steps), self.thread_keys(rows)
+        for thread in np.unique(step_threads):
+            mine = steps[step_threads == thread]
+            order = np.argsort(t.ts[mine], kind="stable")
+            starts, ends = t.ts[mine][order], (t.ts[mine] + t.dur[mine])[order]
+            # the shortest-ending step that starts at or after each frame's start is the one it could enclose
+            min_end_after = np.minimum.accumulate(ends[::-1])[::-1]
+            on = np.flatnonzero(row_threads == thread)
+            first = np.searchsorted(starts, t.ts[rows[on]], side="left")
+            has = first < starts.size
+            frame_end = t.ts[rows[on]] + t.dur[rows[on]]
+            out[on[has]] = min_end_after[first[has]] <= frame_end[has]
+        return out
 
     @cached_property
     def _user_nesting(self) -> Nesting:

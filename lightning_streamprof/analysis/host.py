@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lightning_streamprof import names
 from lightning_streamprof.analysis import intervals as iv
 from lightning_streamprof.analysis.context import TraceContext
 from lightning_streamprof.results import HostTime, SyncCause, SyncWaits
@@ -74,7 +75,17 @@ def host_time(ctx: TraceContext) -> HostTime:
         busy_ns=time_inside(ctx, host, lo, hi),
         sync_wait_ns=time_inside(ctx, _blocking(ctx), lo, hi),
         launches=int(starting_inside(ctx.table.ts[launches], lo, hi).sum()),
+        loader_workers=_loader_workers(ctx),
     )
+
+
+def _loader_workers(ctx: TraceContext) -> bool | None:
+    """Whether the trace's DataLoader ranges are the multi-process iterator's; None without DataLoader ranges."""
+    host = ctx.host_ranges
+    loader = ctx.mask(host, names.is_dataloader)
+    if not loader.any():
+        return None
+    return bool(ctx.mask(host[loader], names.loader_uses_workers).any())
 
 
 def sync_waits(ctx: TraceContext) -> SyncWaits:

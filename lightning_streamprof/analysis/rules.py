@@ -6,7 +6,8 @@ its findings, so the same rules explain a window, a rank or a whole run.
 ==========================  ==========================================================================
 id                          rule
 ==========================  ==========================================================================
-``dataloader``              DataLoader > 5% of the mean step
+``dataloader``              DataLoader > 5% of the mean step and of the median step; the advice is more
+                            workers only when the loader has none
 ``communication``           communication > 10% of the mean step
 ``low_gpu_utilization``     GPU utilization < 50% on a device
 ``tensor_cores``            TC-eligible operators' kernels run without Tensor Cores (compute capability >= 7):
@@ -54,18 +55,37 @@ def _gpu_label(g: GpuMetrics, result: Result) -> str:
     return f"rank {g.rank} GPU {g.device}" if len(result.traces) > 1 and g.rank is not None else str(g.device)
 
 
+def _median_loader_share(result: Result) -> float:
+    """The DataLoader's share of the median step (by share): small when only a few steps wait for data."""
+    shares = sorted(s.breakdown_ns["dataloader"] / s.duration_ns for s in result.steps.per_step if s.duration_ns > 0)
+    return shares[len(shares) // 2] if shares else 0.0
+
+
 def dataloader(result: Result) -> list[Recommendation]:
+    """DataLoader > 5% of the mean step, and of the median step (a loader that keeps up in most steps and waits
+    only after validation or at an epoch start needs nothing). With worker processes already in use, more
+    workers are not the advice: the batches are too costly to make or to hand over."""
     step, loader_ns = result.steps.mean_step_ns, result.steps.mean_ns("dataloader")
-    if step <= 0 or loader_ns / step <= DATALOADER_SHARE:
+    if step <= 0 or loader_ns / step <= DATALOADER_SHARE or _median_loader_share(result) <= DATALOADER_SHARE:
         return []
     share = loader_ns / step
+    workers = result.host.loader_workers
+    head = (f"{_pct(share)}% of the step time ({_ms(loader_ns)} ms of {_ms(step)} ms) is in DataLoader")
+    if workers:
+        message = (f"The DataLoader does not keep up although it already uses worker processes: {head}. More workers "
+                   "help only while CPU cores are idle; otherwise make each batch cheaper to produce and hand over "
+                   "(small dtypes such as uint8 images and labels, pin_memory=True, persistent_workers=True, random "
+                   "augmentation on the GPU in on_after_batch_transfer). Removing the wait saves up to "
+                   f"{_ms(loader_ns)} ms/step ({_pct(share)}%).")
+    else:
+        message = (f"This run has high time cost on input data loading. {head}. You could try to set num_workers on "
+                   "DataLoader's construction and enable multi-processes on data loading; removing the wait saves up "
+                   f"to {_ms(loader_ns)} ms/step ({_pct(share)}%).")
     return [Recommendation(
         id="dataloader",
-        message=f"This run has high time cost on input data loading. {_pct(share)}% of the step time "
-                f"({_ms(loader_ns)} ms of {_ms(step)} ms) is in DataLoader. You could try to set num_workers on "
-                "DataLoader's construction and enable multi-processes on data loading; removing the wait saves "
-                f"up to {_ms(loader_ns)} ms/step ({_pct(share)}%).",
+        message=message,
         evidence={"dataloader_ms": _ms(loader_ns), "step_ms": _ms(step), "share": share,
+                  "median_step_share": _median_loader_share(result), "workers": workers,
                   "saving_ms_per_step": _ms(loader_ns)},
     )]
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from isal import igzip
 
+from lightning_streamprof.profiling.counters import add_counters, utilization_counters
 from lightning_streamprof.profiling.storage import ensure_dir, write_atomic
 from lightning_streamprof.profiling.worker import AnalysisError, AnalysisWorker
 from lightning_streamprof.results import Result, TraceIdentity
@@ -34,7 +35,8 @@ class TraceExporter:
     """A single worker thread that turns locally saved Kineto traces into gzipped files at their target.
 
     It only compresses and writes (isal and file I/O release the GIL); the analysis runs in a worker
-    process (:mod:`lightning_streamprof.profiling.worker`), so the training thread keeps running. Analysed
+    process (:mod:`lightning_streamprof.profiling.worker`), so the training thread keeps running. The analysis
+    comes first, so that the written trace carries the GPU utilization as a counter track. Analysed
     windows are also appended to ``ready`` for the training thread to log. Every failure is a warning:
     the training run never sees an exception from here.
     """
@@ -75,9 +77,8 @@ class TraceExporter:
         try:
             with open(local_path, "rb") as f:
                 raw = f.read()
-            write_atomic(target, igzip.compress(raw, compresslevel=self.compress_level, mtime=0))
-        except Exception as err:  # noqa: BLE001
-            warnings.warn(f"StreamProfiler: could not write {target}: {err}", stacklevel=2)
+        except OSError as err:
+            warnings.warn(f"StreamProfiler: could not read the trace of window {window}: {err}", stacklevel=2)
             _remove(local_path)
             return
         analysis = None
@@ -87,11 +88,19 @@ class TraceExporter:
             except AnalysisError as err:
                 warnings.warn(f"StreamProfiler: could not analyse window {window}: {err}", stacklevel=2)
         _remove(local_path)
-        result = WindowResult(window, steps[0], steps[1] - 1, target, len(raw), global_step, analysis)
+        size = len(raw)
+        if analysis is not None:
+            raw = add_counters(raw, utilization_counters(analysis))
+        try:
+            write_atomic(target, igzip.compress(raw, compresslevel=self.compress_level, mtime=0))
+        except Exception as err:  # noqa: BLE001
+            warnings.warn(f"StreamProfiler: could not write {target}: {err}", stacklevel=2)
+            return
+        result = WindowResult(window, steps[0], steps[1] - 1, target, size, global_step, analysis)
         self.results.append(result)
         if analysis is not None:
             self.ready.append(result)
-        log.debug("streamprof: wrote %s (%d bytes)", target, len(raw))
+        log.debug("streamprof: wrote %s (%d bytes)", target, size)
 
 
 def _remove(path: str) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import Profiler
 from typing_extensions import override
 
@@ -22,8 +23,11 @@ from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedule
 from lightning_streamprof.profiling.session import Activity, KinetoSession
 from lightning_streamprof.profiling.storage import join_path
+from lightning_streamprof.profiling.run_report import moved_notes, next_commands, run_results, write_run_files
+from lightning_streamprof.report.markdown import window_markdown
 from lightning_streamprof.report.metrics import headline_metrics
-from lightning_streamprof.report.summary import render_windows
+from lightning_streamprof.report.summary import moved_note, render_windows
+from lightning_streamprof.results import RunResults
 
 #: the action that starts a step, per stage (Lightning's loops name it ``[<LoopClass>].<prefix>_next``)
 _STEP_ACTIONS = {
@@ -34,6 +38,8 @@ _STEP_ACTIONS = {
 }
 #: steps after a window whose slowdown is charged to it (trace post-processing, export thread)
 _COST_TAIL_STEPS = 2
+#: TensorBoard text tag of each window's markdown summary
+_TEXT_TAG = "streamprof/summary"
 
 
 @runtime_checkable
@@ -66,7 +72,11 @@ class StreamProfiler(Profiler):
     When the window ends the trace is handed to a background thread, which gzips it, writes it as
     ``<dirpath>/<stage>-<time>/w<window>-step<first step>/rank<global rank>.<ns>.pt.trace.json.gz``
     through a temporary name, and a worker process analyses it; :meth:`summary` shows the results.
-    The files open in Perfetto, torch-tb-profiler and HTA (``distributedInfo`` is always present).
+    The files open in Perfetto, torch-tb-profiler and HTA (``distributedInfo`` is always present), with the
+    GPU utilization as a counter track. At the end of a stage, global rank 0 writes ``report.html`` (the HTML
+    report of its windows) in the run's directory, and the summary ends with its path and the commands to run
+    next. With a ``TensorBoardLogger``, each window's markdown summary goes to the text tag
+    ``streamprof/summary``.
 
     Window placement: ``skip_first`` steps are never profiled; then a window starts every ``every``
     steps. With ``max_overhead`` set, each window's measured cost (its steps' slowdown against the median
@@ -174,6 +184,9 @@ class StreamProfiler(Profiler):
         self._step_suffix = "\0never"
         self._global_rank = 0
         self._failed = False
+        self._reported: str | None = None
+        self._report_path: str | None = None
+        self._run: RunResults | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -264,26 +277,50 @@ class StreamProfiler(Profiler):
         if getattr(self, "_aggregator", None) is not None:
             self._aggregator.finish()
             self._log_metrics({}, self._global_step(), save=True)
+        if getattr(self, "_exporter", None) is not None:
+            self._write_report()
+
+    def _write_report(self) -> None:
+        """Once per stage, on global rank 0: the run's HTML report (and StreamPipeline's report) beside the traces."""
+        recorder = getattr(self, "_recorder", None)
+        if recorder is None or self._exporter is None or self._global_rank != 0 or self._reported == recorder.run_dir:
+            return
+        run = run_results(self._exporter.results, recorder.run_name)
+        if run is None:
+            return
+        self._reported = recorder.run_dir
+        text = "\n".join(cb.report() for cb in self._staging_callbacks())
+        self._report_path = write_run_files(recorder.run_dir, run, pipeline_text=text or None,
+                                            notes=moved_notes(recorder.moves, self._exporter.results),
+                                            world_size=recorder.world_size)
+        self._run = run
 
     def _log_ready(self, save: bool = False) -> None:
         """Log analysed windows through the Trainer's loggers (on the training thread)."""
         exporter = self._exporter
         assert exporter is not None
         ready, exporter.ready = exporter.ready, []
+        moves = self._recorder.moves if self._recorder is not None else {}
         for result in ready:
             if self._aggregator is not None:
                 self._aggregator.add_local(result.window, result.analysis, result.global_step)
             if result.analysis is None:
                 continue
-            self._log_metrics(headline_metrics(result.analysis), result.global_step, save)
+            text = window_markdown(result.analysis, result.window, result.first_step, result.last_step,
+                                   moved=moved_note(result.window, result.first_step, moves.get(result.window)),
+                                   path=result.path)
+            self._log_metrics(headline_metrics(result.analysis), result.global_step, save, text=text)
 
-    def _log_metrics(self, metrics: dict[str, float], step: int, save: bool = False) -> None:
-        """Log through the Trainer's loggers; a logger's failure is a warning."""
+    def _log_metrics(self, metrics: dict[str, float], step: int, save: bool = False, text: str | None = None) -> None:
+        """Log through the Trainer's loggers (and ``text`` as TensorBoard markdown on rank 0); a logger's failure
+        is a warning."""
         trainer = self._trainer()
         for logger in list(getattr(trainer, "loggers", []) or []) if trainer is not None else []:
             try:
                 if metrics:
                     logger.log_metrics(metrics, step=step)
+                if text is not None and isinstance(logger, TensorBoardLogger) and self._global_rank == 0:
+                    logger.experiment.add_text(_TEXT_TAG, text, global_step=step)
                 if save:
                     logger.save()
             except Exception as err:  # noqa: BLE001
@@ -357,13 +394,37 @@ class StreamProfiler(Profiler):
     @override
     def summary(self) -> str:
         results = self.windows
-        text = (
-            render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds, row_limit=self.row_limit)
-            if results
-            else "StreamProfiler: no window was recorded."
-        )
+        if not results:
+            reports = [cb.report() for cb in self._staging_callbacks()]
+            return "\n".join(["StreamProfiler: no window was recorded.", *reports])
+        recorder = self._recorder
+        footer = [cb.report() for cb in self._staging_callbacks()]
         if self.distributed:
             from lightning_streamprof.report.text import render_distributed
 
-            text += "\n" + "\n".join(render_distributed(d, top=self.row_limit) for d in self.distributed)
-        return "\n".join([text, *(cb.report() for cb in self._staging_callbacks())])
+            footer = [render_distributed(d, top=self.row_limit) for d in self.distributed] + footer
+        if recorder is not None:
+            footer += next_commands(recorder.run_dir, self._report_path, self._log_dirs())
+        return render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds,
+                              row_limit=self.row_limit, run=self._run, moves=recorder.moves if recorder else None,
+                              footer=footer)
+
+    def _log_dirs(self) -> list[str]:
+        """The directories of the Trainer's TensorBoard loggers (for ``tensorboard --logdir``)."""
+        trainer = self._trainer()
+        out = []
+        for logger in getattr(trainer, "loggers", None) or []:
+            if isinstance(logger, TensorBoardLogger) and logger.root_dir:
+                out.append(str(logger.root_dir))
+        return out
+
+
+class streamprof(StreamProfiler):  # noqa: N801 - spelled as the short name it stands for
+    """:class:`StreamProfiler` under its short name, for LightningCLI.
+
+    ``--trainer.profiler=streamprof`` alone works in any script (the name is registered with Lightning). To pass
+    arguments (``--trainer.profiler.every=10``), LightningCLI must resolve the name to a class while it parses,
+    before the Trainer exists: it does once the script has imported ``StreamProfiler``
+    (``from lightning_streamprof import StreamProfiler``), which defines this class. The class path form
+    ``--trainer.profiler=lightning_streamprof.StreamProfiler --trainer.profiler.every=10`` always works.
+    """

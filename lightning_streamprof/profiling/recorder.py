@@ -64,6 +64,8 @@ class WindowRecorder:
         self._tainted = False
         self._own_time = 0.0
         self._windows_done = 0
+        #: window index -> the first step it would have recorded had the overhead budget not moved it
+        self.moves: dict[int, int] = {}
 
     @property
     def recording(self) -> bool:
@@ -205,6 +207,10 @@ class WindowRecorder:
         if self._agree is not None:
             defer = self._agree(self._windows_done - 1, defer)
         self._window = self.schedule.window(self._windows_done, not_before=current + defer)
+        if defer and self._window is not None:
+            planned = self.schedule.window(self._windows_done, not_before=current)
+            if planned is not None and planned.start != self._window.start:
+                self.moves[self._window.index] = self.offset + planned.start
         self._warmup_start = self._window.warmup_start if self._window else math.inf
 
     def stop(self) -> None:

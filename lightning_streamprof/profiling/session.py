@@ -31,6 +31,7 @@ class KinetoSession:
         with_flops: bool,
         all_threads: bool,
     ) -> None:
+        quiet_kineto()
         self._prof = torch.profiler.profile(
             activities=kineto_activities(activities),
             record_shapes=record_shapes,
@@ -76,6 +77,18 @@ class KinetoSession:
         except Exception:  # noqa: BLE001 - best effort while recovering
             log.debug("streamprof: could not release the profiler session", exc_info=True)
         self.recording = False
+
+
+#: Kineto's log level above all of its messages (its levels go up to 5)
+_KINETO_SILENT = "6"
+
+
+def quiet_kineto() -> None:
+    """Without a CUDA device, Kineto prints ``ERROR: ... gpuGetDeviceCount failed with code 35`` (it only means
+    that there is no GPU) and a line at every window's start and stop: silence it, unless ``KINETO_LOG_LEVEL`` is
+    set. With a GPU its messages are kept (a CUPTI error matters there). Kineto reads the variable when it starts."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("KINETO_LOG_LEVEL", _KINETO_SILENT)
 
 
 def kineto_activities(names: Sequence[Activity] | None) -> list[Any]:

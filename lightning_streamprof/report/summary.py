@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from lightning_streamprof.report.tables import OPERATOR_COLUMNS, console, headline_lines, table
-from lightning_streamprof.results import Result
+from lightning_streamprof.report.findings import findings
+from lightning_streamprof.report.tables import OPERATOR_COLUMNS, console, finding_lines, headline_lines, plain, table
+from lightning_streamprof.results import Result, RunResults
 
 
 class Window(Protocol):
@@ -19,24 +20,49 @@ class Window(Protocol):
     analysis: Result | None
 
 
+def moved_note(window: int, first_step: int, planned: int | None) -> str | None:
+    """The line saying that the overhead budget moved a window, or None when it did not."""
+    if planned is None or planned == first_step:
+        return None
+    return (f"window {window} was moved by the overhead budget (max_overhead) from step {planned} to step "
+            f"{first_step}, so that profiling stays within its share of the training time")
+
+
 def render_windows(
-    windows: Sequence[Window], rank: int = 0, overhead: float | None = None, row_limit: int = 10
+    windows: Sequence[Window], rank: int = 0, overhead: float | None = None, row_limit: int = 10, *,
+    run: RunResults | None = None, moves: Mapping[int, int] | None = None, footer: Sequence[str] = (),
 ) -> str:
-    """One short table of top operators per window, plain text (no colour codes)."""
+    """One short block per window (steps, trace path on its own line, GPU metrics, step breakdown in ms, top
+    operators), then the recommendations once per kind with each window's evidence (from ``run``), then
+    ``footer`` lines. Plain text, no colour codes, paths never wrapped."""
     out, buf = console(120)
     head = f"StreamProfiler: {len(windows)} window(s) on rank {rank}"
     if overhead is not None:
         head += f", measured profiling cost {overhead:.2f} s"
-    out.print(head)
+    plain(out, head)
     for res in sorted(windows, key=lambda r: r.window):
-        out.print(f"window {res.window}: steps {res.first_step}-{res.last_step}\n{res.path}", markup=False,
-                  highlight=False)
+        plain(out, f"window {res.window}: steps {res.first_step}-{res.last_step}")
+        note = moved_note(res.window, res.first_step, (moves or {}).get(res.window))
+        if note:
+            plain(out, f"  {note}")
+        plain(out, f"  {res.path}")
         if res.analysis is None:
-            out.print("  not analysed")
+            plain(out, "  not analysed")
             continue
         for line in headline_lines(res.analysis):
-            out.print(line, markup=False, highlight=False)
+            plain(out, line)
+        if run is None:
+            for rec in res.analysis.recommendations:
+                plain(out, f"  -> [{rec.id}] {rec.message}")
         rendered = table(None, OPERATOR_COLUMNS, res.analysis.operators, row_limit)
         if rendered is not None:
             out.print(rendered)
+    if run is not None:
+        lines = finding_lines(findings(run.merged, run.windows))
+        if lines:
+            plain(out, "Recommendations (all windows):")
+            for line in lines:
+                plain(out, line)
+    for line in footer:
+        plain(out, line)
     return buf.getvalue().rstrip()

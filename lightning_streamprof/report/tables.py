@@ -1,4 +1,8 @@
-"""Plain-text tables and headline lines of a result (the top rows are cut here, in the renderer)."""
+"""Plain-text tables and headline lines of a result (the top rows are cut here, in the renderer).
+
+Times are in milliseconds everywhere, with the unit in each header; a column empty in every shown row is left
+out; paths are printed on lines of their own and never wrapped (copy them whole).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from lightning_streamprof.report.findings import Finding, evidence_text
 from lightning_streamprof.results import Result
 
 Column = tuple[str, Callable[[Any], Any]]
+NAME_WIDTH = 72
 
 
 def ms(ns: float) -> str:
@@ -28,20 +34,29 @@ def console(width: int) -> tuple[Console, io.StringIO]:
     return Console(file=buf, width=width, color_system=None, force_terminal=False), buf
 
 
+def plain(out: Console, text: str) -> None:
+    """Print ``text`` as it is: no markup, no highlighting, never wrapped (paths stay whole)."""
+    out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 def table(title: str | None, columns: Sequence[Column], rows: Sequence[Any], top: int) -> Table | None:
-    """The first ``top`` rows with one column per ``(header, getter)``; None without rows."""
+    """The first ``top`` rows with one column per ``(header, getter)``, leaving out columns empty in every row;
+    None without rows."""
     rows = list(rows[:top])
     if not rows:
         return None
+    cells = [[_cell(get(row)) for _, get in columns] for row in rows]
+    keep = [i for i in range(len(columns)) if any(c[i] for c in cells)]
     out = Table(title=title, title_justify="left")
-    for i, (header, _) in enumerate(columns):
-        out.add_column(header, justify="left" if i == 0 else "right", overflow="fold")
-    for row in rows:
-        out.add_row(*(_cell(get(row)) for _, get in columns))
+    for i in keep:
+        out.add_column(columns[i][0], justify="left" if i == 0 else "right", overflow="fold",
+                       no_wrap=i != 0)
+    for c in cells:
+        out.add_row(*(c[i] for i in keep))
     return out
 
 
-def _cell(value: Any, width: int = 64) -> str:
+def _cell(value: Any, width: int = NAME_WIDTH) -> str:
     if value is None:
         return ""
     text = value if isinstance(value, str) else f"{value:.4g}" if isinstance(value, float) else str(value)
@@ -49,7 +64,7 @@ def _cell(value: Any, width: int = 64) -> str:
 
 
 def headline_lines(result: Result) -> list[str]:
-    """GPU metrics, the mean step breakdown and the recommendations of a result."""
+    """GPU metrics and the mean step breakdown (ms) of a result."""
     lines = []
     several = len(result.traces) > 1
     for gpu in result.gpu:
@@ -61,13 +76,21 @@ def headline_lines(result: Result) -> list[str]:
     steps = result.steps
     if steps.count:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in steps.breakdown_ms.items() if v >= 0.005)
-        lines.append(f"  step {steps.mean_ms:.2f} ms (mean of {steps.count}): {parts}")
-    for rec in result.recommendations:
-        lines.append(f"  -> {rec.message}")
+        lines.append(f"  step {steps.mean_ms:.2f} ms (mean of {steps.count}), in ms: {parts}")
+    return lines
+
+
+def finding_lines(found: Sequence[Finding]) -> list[str]:
+    """One line per kind of recommendation, then the evidence of each trace that has it."""
+    lines = []
+    for f in found:
+        lines.append(f"  -> [{f.id}] {f.message}")
+        lines += [f"       {label}: {evidence_text(ev)}" for label, ev in f.per_trace]
     return lines
 
 
 OPERATOR_COLUMNS: tuple[Column, ...] = (
-    ("operator", lambda o: o.name), ("calls", lambda o: o.calls), ("host self ms", lambda o: ms(o.host_self_ns)),
-    ("host total ms", lambda o: ms(o.host_total_ns)), ("device self ms", lambda o: ms(o.device_self_ns)),
+    ("operator", lambda o: o.name), ("calls", lambda o: o.calls), ("host self (ms)", lambda o: ms(o.host_self_ns)),
+    ("host total (ms)", lambda o: ms(o.host_total_ns)),
+    ("device self (ms)", lambda o: ms(o.device_self_ns) if o.device_self_ns else None),
 )

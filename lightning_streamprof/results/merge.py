@@ -115,6 +115,12 @@ def _merge_pipeline(results: Sequence[Result]) -> PipelineWork:
     )
 
 
+def _any_known(flags: Iterable[bool | None]) -> bool | None:
+    """True if any flag is, False if all known flags are False, None if none is known."""
+    known = [f for f in flags if f is not None]
+    return any(known) if known else None
+
+
 def merge(results: Sequence[Result], run: str | None = None) -> Result:
     """One result for several traces: lists are concatenated (steps, GPUs, memory devices) or summed by name
     (kernels, operators, memory by operator, source lines, synchronising waits), means are recomputed from the
@@ -135,7 +141,8 @@ def merge(results: Sequence[Result], run: str | None = None) -> Result:
                                                           "eligible_kernel_ns", "eligible_without_tc_ns"))),
         source_lines=_merge_source_lines(results, operators),
         host=HostTime(**_sum_structs((r.host for r in results),
-                                     ("steps", "host_step_ns", "busy_ns", "sync_wait_ns", "launches"))),
+                                     ("steps", "host_step_ns", "busy_ns", "sync_wait_ns", "launches")),
+                      loader_workers=_any_known(r.host.loader_workers for r in results)),
         syncs=_merge_syncs(results),
         pipeline=_merge_pipeline(results),
         recommendations=[],

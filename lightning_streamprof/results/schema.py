@@ -208,7 +208,8 @@ class HostTime(_Result):
     """The training thread inside its steps' host spans, summed over ``steps`` steps (ns).
 
     ``busy_ns``: in operators or CUDA runtime calls; ``sync_wait_ns``: waiting in synchronising CUDA calls;
-    ``launches``: kernel launches.
+    ``launches``: kernel launches; ``loader_workers``: whether the DataLoader reads with worker processes
+    (None: no DataLoader range in the trace).
     """
 
     steps: int = 0
@@ -216,6 +217,7 @@ class HostTime(_Result):
     busy_ns: int = 0
     sync_wait_ns: int = 0
     launches: int = 0
+    loader_workers: bool | None = None
 
 
 class SyncCause(_Result):

@@ -46,8 +46,11 @@ def build() -> TraceBuilder:
     b.memory(111, 4000, 4500, 6000, addr=3)
     b.memory(101, -10, 4490, 6000, addr=4)
     b.memory(112, 64, 64, 0, addr=5, device=-1, device_type=0)
-    # python frames: train.py wraps everything, model.py forward wraps linear; a torch frame in between
-    top = b.frame("train.py(10): training_step", 0, 250)
+    # python frames: train.py's training_step wraps each step's operators, model.py forward wraps linear; a torch
+    # frame in between
+    top = b.frame("train.py(10): training_step", 1, 97)
+    b.frame("train.py(10): training_step", 101, 97)
+    b.frame("train.py(10): training_step", 201, 48)
     fwd = b.frame("model.py(20): forward", 9, 37, parent=top)
     b.frame("torch/nn/functional.py(100): linear", 9, 37, parent=fwd)
     b.frame("other_thread.py(5): run", 0, 250, tid=2)

@@ -109,3 +109,18 @@ def test_source_lines_by_hand():
 )
 def test_user_frames(name, user):
     assert is_user_frame(name) is user
+
+
+def test_the_line_that_starts_the_run_is_not_a_hot_line():
+    """The script's ``LightningCLI(...)`` frame encloses whole steps: what Lightning runs inside a step (the
+    backward here) is not that line's; the step's own user code (``training_step``) keeps its operators."""
+    from tracebuilder import TraceBuilder
+
+    b = TraceBuilder()
+    b.frame("train.py(30): <module>", 0, 1000)
+    b.step(1, 100, 100)
+    b.frame("model.py(12): training_step", 110, 40)
+    b.op("aten::mm", 120, 10)
+    b.op("autograd::engine::evaluate_function: MmBackward0", 160, 20)
+    lines = source_lines(b.context())
+    assert [(s.location, s.function, s.host_self_ns) for s in lines] == [("model.py:12", "training_step", 10_000)]

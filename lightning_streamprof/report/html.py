@@ -1,0 +1,284 @@
+"""The self-contained HTML report of a profiled run (``streamprof report``, and the profiler at the end of fit).
+
+Built from the results model only (run -> windows -> ranks, and the run's merged result): overview cards, the
+step breakdown per window, the GPU utilization timelines, kernels, operators and hot source lines, memory, the
+distributed view, the recommendations and what StreamPipeline did. Every name that comes from a trace is
+escaped; charts are inline SVG.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from html import escape
+from urllib.parse import quote
+
+from lightning_streamprof.report import distributed, svg
+from lightning_streamprof.report.findings import evidence_text, findings
+from lightning_streamprof.report.page import cards, note, page, table
+from lightning_streamprof.results import CATEGORIES, Result, RunResults, Steps, WindowResults
+
+TOP = 50
+_CHARTS = 12
+_SM_COLOR = "#59a14f"
+
+
+def _ms(ns: float) -> float:
+    return float(ns) / 1e6
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _mib(b: float) -> float:
+    return float(b) / 2**20
+
+
+def gpu_overview(result: Result) -> tuple[float | None, float | None, float | None]:
+    """Utilization (kernel time / span summed over devices), span-weighted SM efficiency and kernel-time-weighted
+    achieved occupancy over every device of every trace; None where unknown."""
+    gpus = result.gpu
+    span = sum(g.span_ns for g in gpus)
+    util = sum(g.kernel_ns for g in gpus) / span if span else None
+    sm = [(g.sm_efficiency, g.span_ns) for g in gpus if g.sm_efficiency is not None]
+    occ = [(g.achieved_occupancy, g.kernel_ns) for g in gpus if g.achieved_occupancy is not None]
+
+    def mean(pairs: list[tuple[float, int]]) -> float | None:
+        weight = sum(w for _, w in pairs)
+        return sum(v * w for v, w in pairs) / weight if weight else None
+
+    return util, mean(sm), mean(occ)
+
+
+def peak_memory(result: Result) -> tuple[int | None, int | None, str]:
+    """The highest peak allocated (bytes) of any GPU, else of the CPU; the device's memory; which device."""
+    devices = [d for d in result.memory.devices if d.device != "CPU"] or list(result.memory.devices)
+    if not devices:
+        return None, None, ""
+    top = max(devices, key=lambda d: d.peak_allocated_bytes)
+    return top.peak_allocated_bytes, top.total_memory, top.device
+
+
+def _overview(result: Result, notes: Sequence[str]) -> str:
+    util, sm, occ = gpu_overview(result)
+    peak, total, device = peak_memory(result)
+    steps = result.steps
+    no_gpu = "no GPU kernels in the traces" if not result.gpu else ""
+    items = [
+        ("Step time", f"{steps.mean_ms:.2f} ms" if steps.count else "n/a", f"mean of {steps.count} steps"),
+        ("GPU utilization", _pct(util), no_gpu or "kernel busy time / step span"),
+        ("Est. SM efficiency", _pct(sm), no_gpu or "SMs with work, time-weighted"),
+        ("Est. achieved occupancy", _pct(occ), no_gpu or "kernel-time-weighted"),
+        ("Peak memory", f"{_mib(peak):,.1f} MiB" if peak is not None else "n/a",
+         (f"{device}" + (f", {100 * peak / total:.1f}% of {total / 2**30:.1f} GiB" if total and peak else ""))
+         if peak is not None else "record with profile_memory=True"),
+    ]
+    extra = "".join(f'<p class="note warn">{escape(n)}</p>' for n in notes)
+    return cards(items) + extra
+
+
+def _window_label(w: WindowResults, steps: Steps) -> str:
+    numbers = [s.step for s in steps.per_step if s.step is not None]
+    span = f"steps {min(numbers)}-{max(numbers)}" if numbers else f"step {w.first_step}"
+    return f"window {w.window} ({span})" if w.window is not None else span
+
+
+def _breakdown(run: RunResults) -> str:
+    rows = []
+    for w in run.windows:
+        steps = Steps.of([s for r in w.ranks for s in r.steps.per_step])
+        if steps.count:
+            rows.append((_window_label(w, steps), steps.breakdown_ms))
+    if not rows:
+        return ""
+    merged = run.merged.steps
+    parts = [note("Mean time per step in each category (ms); the categories claim time in the order shown, "
+                  "so the parts add up to the step."),
+             svg.legend(CATEGORIES), svg.stacked_bars(rows, CATEGORIES)]
+    per_step = [(f"step {s.step}" + (f" rank {s.rank}" if s.rank is not None and len(run.merged.traces) > 1 else ""),
+                 {c: _ms(v) for c, v in s.breakdown_ns.items()}) for s in merged.per_step[:120]]
+    if len(per_step) > 1:
+        parts.append(f"<details><summary>Each step ({len(merged.per_step)})</summary>"
+                     f"{svg.stacked_bars(per_step, CATEGORIES, bar=14)}</details>")
+    columns = [("category", lambda c: c), ("mean per step (ms)", lambda c: merged.breakdown_ms[c]),
+               ("share of step", lambda c: _pct(merged.breakdown_ms[c] / merged.mean_ms) if merged.mean_ms else None)]
+    return "".join(parts) + table(columns, list(CATEGORIES))
+
+
+def _gpu_timelines(result: Result) -> str:
+    figures = []
+    for g in result.gpu[:_CHARTS]:
+        line = g.timeline
+        if line is None or not line.starts_ns:
+            continue
+        t0 = line.starts_ns[0]
+        xs = [(s - t0) / 1e6 for s in line.starts_ns]
+        end = (line.end_ns - t0) / 1e6
+        series = [svg.Series("GPU utilization %", svg.step_points(xs, end, [100 * u for u in line.utilization]),
+                             svg.color("kernel"))]
+        if any(line.sm_efficiency):
+            series.append(svg.Series("Est. SM efficiency %", svg.step_points(
+                xs, end, [100 * u for u in line.sm_efficiency]), _SM_COLOR, dashed=True))
+        where = " ".join(x for x in (f"window {g.window}" if g.window is not None else "",
+                                     f"rank {g.rank}" if g.rank is not None else "", f"cuda:{g.device}") if x)
+        chart = svg.line_chart(series, "ms since the window started", "%", y_max=100)
+        figures.append(f"<figure>{chart}<figcaption>{escape(where)}: utilization {_pct(g.utilization)}, "
+                       f"SM efficiency {_pct(g.sm_efficiency)}{escape(' — ' + g.name if g.name else '')}"
+                       "</figcaption></figure>")
+    if not figures:
+        return note("No GPU kernels in the traces (a CPU-only run): nothing to show here.") if not result.gpu else ""
+    more = note(f"{len(figures)} of {len(result.gpu)} devices shown.") if len(result.gpu) > len(figures) else ""
+    keys = ["GPU utilization %", "Est. SM efficiency %"]
+    colors = dict(zip(keys, (svg.color("kernel"), _SM_COLOR)))
+    return svg.legend(keys, colors=colors) + f'<div class="grid2">{"".join(figures)}</div>' + more
+
+
+def _kernels(result: Result) -> str:
+    n = max(result.steps.count, 1)
+    columns = [
+        ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total (ms)", lambda k: _ms(k.total_ns)),
+        ("per step (ms)", lambda k: _ms(k.total_ns) / n), ("mean (ms)", lambda k: _ms(k.mean_ns)),
+        ("max (ms)", lambda k: _ms(k.max_ns)), ("blocks per SM", lambda k: k.blocks_per_sm),
+        ("occupancy", lambda k: _pct(k.occupancy) if k.occupancy is not None else None),
+        ("Tensor Cores", lambda k: "yes" if k.tensor_cores else None),
+    ]
+    tc = result.tensor_cores
+    head = note(f"{len(result.kernels)} kernels; Tensor Core kernels {_pct(tc.tc_share)} of kernel time.")
+    return head + table(columns, result.kernels, TOP) if result.kernels else ""
+
+
+def source_link(file: str, line: int) -> str:
+    """The location as HTML: a ``vscode://file/`` link when the file exists here, else plain text."""
+    text = escape(f"{file}:{line}")
+    if os.path.isfile(file):
+        href = "vscode://file/" + quote(os.path.abspath(file).lstrip("/"), safe="/:") + f":{line}"
+        return f'<a href="{escape(href, quote=True)}">{text}</a>'
+    return text
+
+
+def _operators(result: Result) -> str:
+    columns = [
+        ("operator", lambda o: o.name), ("input shapes", lambda o: o.input_shapes), ("calls", lambda o: o.calls),
+        ("host self (ms)", lambda o: _ms(o.host_self_ns)), ("host total (ms)", lambda o: _ms(o.host_total_ns)),
+        ("device self (ms)", lambda o: _ms(o.device_self_ns)), ("device total (ms)", lambda o: _ms(o.device_total_ns)),
+    ]
+    out = table(columns, result.operators, TOP, name_cols=2)
+    if result.source_lines:
+        lines = [
+            ("line", lambda s: (source_link(s.file, s.line), s.location)), ("function", lambda s: s.function),
+            ("host self (ms)", lambda s: _ms(s.host_self_ns)), ("device self (ms)", lambda s: _ms(s.device_self_ns)),
+            ("share of self time", lambda s: (_pct(s.share), s.share)),
+        ]
+        out += "<h3>Hot source lines</h3>" + table(lines, result.source_lines, TOP, name_cols=2)
+    elif result.operators:
+        out += note("Hot source lines need traces recorded with with_stack=True.")
+    return out
+
+
+def _memory(result: Result) -> str:
+    mem = result.memory
+    if not mem.devices:
+        return note("No memory events: record with StreamProfiler(profile_memory=True) for the memory view.")
+    devices = sorted(mem.devices, key=lambda d: (d.device == "CPU", d.window or 0, d.rank or 0))
+    figures = []
+    for d in devices[:_CHARTS]:
+        if len(d.curve) < 2:
+            continue
+        t0 = d.curve[0][0]
+        alloc = [((ts - t0) / 1e6, _mib(a)) for ts, a, _ in d.curve]
+        series = [svg.Series("allocated MiB", alloc, svg.color("kernel"))]
+        if any(r for _, _, r in d.curve):
+            series.append(svg.Series("reserved MiB", [((ts - t0) / 1e6, _mib(r)) for ts, _, r in d.curve],
+                                     svg.color("memcpy"), dashed=True))
+        where = " ".join(x for x in (f"window {d.window}" if d.window is not None else "",
+                                     f"rank {d.rank}" if d.rank is not None else "", d.device) if x)
+        figures.append(f"<figure>{svg.line_chart(series, 'ms since the first memory event', 'MiB')}"
+                       f"<figcaption>{escape(where)}: peak allocated {_mib(d.peak_allocated_bytes):,.1f} MiB"
+                       "</figcaption></figure>")
+    columns = [
+        ("operator", lambda m: m.name), ("device", lambda m: m.device), ("calls", lambda m: m.calls),
+        ("allocated (MiB)", lambda m: _mib(m.allocation_bytes)), ("allocations", lambda m: m.allocations),
+        ("size increase (MiB)", lambda m: _mib(m.increase_bytes)),
+        ("self allocated (MiB)", lambda m: _mib(m.self_allocation_bytes)),
+        ("self increase (MiB)", lambda m: _mib(m.self_increase_bytes)),
+    ]
+    keys = ["allocated MiB", "reserved MiB"]
+    colors = dict(zip(keys, (svg.color("kernel"), svg.color("memcpy"))))
+    return (svg.legend(keys, colors=colors) + f'<div class="grid2">{"".join(figures)}</div>'
+            + "<h3>Memory by operator</h3>" + table(columns, mem.operators, TOP))
+
+
+def _recommendations(result: Result, windows: Sequence[WindowResults]) -> str:
+    found = findings(result, windows)
+    if not found:
+        return note("Nothing to recommend: no rule found a problem in these traces.")
+    out = []
+    for f in found:
+        items = "".join(f"<li>{escape(label)}: {escape(evidence_text(ev))}</li>" for label, ev in f.per_trace)
+        out.append(f'<div class="rec"><div class="id">{escape(f.id)}</div><div>{escape(f.message)}</div>'
+                   + (f"<ul>{items}</ul>" if items else "") + "</div>")
+    return "".join(out)
+
+
+def _pipeline(result: Result, pipeline_text: str | None) -> str:
+    work = result.pipeline
+    parts = []
+    if pipeline_text:
+        parts.append(f"<pre>{escape(pipeline_text)}</pre>")
+    if work.steps:
+        n = work.steps
+        parts.append(cards([
+            ("StreamPipeline in the traces", "staging" if work.pipelined else "not used",
+             "its ranges are in the steps" if work.pipelined else "add StreamPipeline() to the callbacks"),
+            ("on_after_batch_transfer", f"{_ms(work.hook_ns) / n:.3f} ms",
+             "per step: " + ", ".join(work.hook_names[:3])),
+            ("frozen modules' forward", f"{_ms(work.frozen_ns) / n:.3f} ms",
+             "per step: " + ", ".join(work.frozen_names[:3])),
+        ]))
+    return "".join(parts)
+
+
+def _traces(result: Result) -> str:
+    columns = [("path", lambda t: t.path), ("window", lambda t: t.window), ("first step", lambda t: t.first_step),
+               ("rank", lambda t: t.rank), ("host", lambda t: t.host)]
+    return table(columns, result.traces)
+
+
+def run_sections(run: RunResults, *, pipeline_text: str | None = None, notes: Sequence[str] = (),
+                 prefix: str = "") -> list[tuple[str, str, str]]:
+    """The sections of one run: ``(anchor, heading, HTML)``."""
+    r = run.merged
+    p = f"{prefix}-" if prefix else ""
+    return [
+        (f"{p}overview", "Overview", _overview(r, notes)),
+        (f"{p}breakdown", "Step breakdown", _breakdown(run)),
+        (f"{p}gpu", "GPU utilization", _gpu_timelines(r)),
+        (f"{p}kernels", "Kernels", _kernels(r)),
+        (f"{p}operators", "Operators and source lines", _operators(r)),
+        (f"{p}memory", "Memory", _memory(r)),
+        (f"{p}distributed", "Distributed", distributed.render(r)),
+        (f"{p}recommendations", "Recommendations", _recommendations(r, run.windows)),
+        (f"{p}pipeline", "StreamPipeline", _pipeline(r, pipeline_text)),
+        (f"{p}traces", "Traces", _traces(r)),
+    ]
+
+
+def render_report(runs: Sequence[RunResults], source: str = "", *, pipeline: Mapping[str | None, str] | None = None,
+                  notes: Sequence[str] = ()) -> str:
+    """The whole HTML document for ``runs`` (each run's sections in turn); ``pipeline`` holds StreamPipeline's
+    report of each run, ``notes`` lines for the overview (e.g. windows the overhead budget moved)."""
+    sections: list[tuple[str, str, str]] = []
+    for i, run in enumerate(runs):
+        body = run_sections(run, pipeline_text=(pipeline or {}).get(run.run), notes=notes,
+                            prefix=f"run{i}" if len(runs) > 1 else "")
+        if len(runs) > 1:
+            body = [(a, f"{run.run} · {h}", html) for a, h, html in body]
+        sections += body
+    names = ", ".join(r.run or "?" for r in runs)
+    traces = sum(len(r.merged.traces) for r in runs)
+    subtitle = escape(f"{source} · run {names} · {traces} trace{'s' if traces != 1 else ''} · "
+                      f"made {time.strftime('%Y-%m-%d %H:%M')}")
+    return page(f"streamprof report: {names}", subtitle, sections)
+
