@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+import msgspec
 import numpy as np
 
 from lightning_streamprof import names
@@ -61,14 +62,17 @@ def _kernel_args(ctx: TraceContext, rows: np.ndarray, kernel_pos: np.ndarray) ->
     out: list[CommArgs | None] = []
     for row, owner in zip(rows.tolist(), owners.tolist()):
         found = table.comm_args.get(row)
-        if found is None or not found.name:
+        if found is None or not found.name or found.seq is None:
             op = int(np.searchsorted(ctx.ops, owner)) if owner >= 0 else -1
             for _ in range(_MAX_PARENTS):
                 if op < 0:
                     break
                 candidate = table.comm_args.get(int(ctx.ops[op]))
                 if candidate is not None and candidate.name:
-                    found = candidate
+                    # the kernel's own arguments win; the operator's fill what the kernel lacks (e.g. ``Seq``)
+                    found = candidate if found is None or not found.name else msgspec.structs.replace(
+                        found, **{f: getattr(candidate, f) for f in candidate.__struct_fields__
+                                  if getattr(found, f) is None})
                     break
                 op = int(parent[op])
         out.append(found)

@@ -94,6 +94,7 @@ class LiveAggregator:
         self._steps: dict[int, int] = {}  # window -> the trainer's global step when it was recorded
         self._pending: dict[int, tuple[dict[int, bytes], int]] = {}  # rank 0: window -> (parts by rank, gather)
         self._gathers = 0
+        self._ended_since_finish = 0  # windows ended since the last end-of-stage gather
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamprof-distributed")
 
     # ------------------------------------------------------------------ window placement
@@ -122,6 +123,7 @@ class LiveAggregator:
             due = stop + self.gather_after if next_start is None else min(stop + self.gather_after, next_start)
         self._due[window] = due
         self._dirs[window] = window_dir
+        self._ended_since_finish += 1
 
     def add_local(self, window: int, analysis: Result | None, global_step: int) -> None:
         """This rank's analysed window (an empty payload when it has no summary: rank 0 need not wait for it)."""
@@ -138,9 +140,12 @@ class LiveAggregator:
             self._guard(self._gather, final=False)
 
     def finish(self) -> None:
-        """The last gather of the stage (every window analysed by now), then wait for the files."""
+        """The last gather of the stage (every window analysed by now; none when no window ended since the last
+        one: Lightning finishes a stage twice), then wait for the files."""
         self._due.clear()
-        self._guard(self._gather, final=True)
+        if self._ended_since_finish:  # the same on every rank: their windows are the same
+            self._ended_since_finish = 0
+            self._guard(self._gather, final=True)
         self._writer.shutdown(wait=True)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamprof-distributed")
 

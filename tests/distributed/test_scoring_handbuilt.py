@@ -183,3 +183,16 @@ def test_fsdp_names_nested_arguments_and_kernels_without_them():
     assert late == [("ReduceScatter", None, 0, 6_000), ("_allgather_base", 7, 0, 6_000),
                     ("reduce_scatter_tensor_coalesced", 8, 0, 6_000)]
     assert d.ranks[1].sync_ms == pytest.approx(18 * MS) and d.ranks[0].sync_ms == 0
+
+
+def test_sequence_number_from_the_operator_when_the_kernel_lacks_it():
+    from tracebuilder import TraceBuilder
+
+    b = TraceBuilder(rank=0, world_size=2)
+    b.step(1, 0, 100)
+    ext = b.op("record_param_comms", 10, 5, **{"Collective name": "allreduce", "Seq": 42, "Process Group Name": "0"})
+    b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 11, 20, 5, ext, **{"Collective name": "allreduce",
+                                                                          "In msg nelems": 8, "dtype": "Float"})
+    table = b.table()
+    calls = analyze_table(table, trace_identity(table.source, table.metadata)).distributed.summaries[0].collectives
+    assert (calls.seq, calls.bytes, calls.groups, calls.names) == ([42], [32], ["0"], ["allreduce"])
