@@ -58,8 +58,9 @@ def test_live_straggler_flagged_in_every_window(straggler):
 
 
 def test_distributed_json_beside_each_window_and_logged(straggler):
-    windows = sorted(d for d in os.listdir(straggler["run_dir"]))
-    assert len(windows) == 2
+    run_dir = straggler["run_dir"]
+    windows = sorted(d for d in os.listdir(run_dir) if os.path.isdir(os.path.join(run_dir, d)))
+    assert len(windows) == 2 and "report.html" in os.listdir(run_dir)  # the run's report beside its windows
     for w in windows:
         with open(os.path.join(straggler["run_dir"], w, DISTRIBUTED_FILE), "rb") as f:
             stats = from_json(f.read(), DistributedStats)
