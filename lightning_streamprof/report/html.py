@@ -162,13 +162,15 @@ def _operators(result: Result) -> str:
     columns = [
         ("operator", lambda o: o.name), ("input shapes", lambda o: o.input_shapes), ("calls", lambda o: o.calls),
         ("host self (ms)", lambda o: _ms(o.host_self_ns)), ("host total (ms)", lambda o: _ms(o.host_total_ns)),
-        ("device self (ms)", lambda o: _ms(o.device_self_ns)), ("device total (ms)", lambda o: _ms(o.device_total_ns)),
+        ("device self (ms)", lambda o: _ms(o.device_self_ns) if o.device_total_ns else None),
+        ("device total (ms)", lambda o: _ms(o.device_total_ns) if o.device_total_ns else None),
     ]
     out = table(columns, result.operators, TOP, name_cols=2)
     if result.source_lines:
         lines = [
             ("line", lambda s: (source_link(s.file, s.line), s.location)), ("function", lambda s: s.function),
-            ("host self (ms)", lambda s: _ms(s.host_self_ns)), ("device self (ms)", lambda s: _ms(s.device_self_ns)),
+            ("host self (ms)", lambda s: _ms(s.host_self_ns)),
+            ("device self (ms)", lambda s: _ms(s.device_self_ns) if s.device_self_ns else None),
             ("share of self time", lambda s: (_pct(s.share), s.share)),
         ]
         out += "<h3>Hot source lines</h3>" + table(lines, result.source_lines, TOP, name_cols=2)
@@ -235,7 +237,7 @@ def _pipeline(result: Result, pipeline_text: str | None) -> str:
             ("on_after_batch_transfer", f"{_ms(work.hook_ns) / n:.3f} ms",
              "per step: " + ", ".join(work.hook_names[:3])),
             ("frozen modules' forward", f"{_ms(work.frozen_ns) / n:.3f} ms",
-             "per step: " + ", ".join(work.frozen_names[:3])),
+             "per step: " + (", ".join(work.frozen_names[:3]) or "no frozen module's forward in the steps")),
         ]))
     return "".join(parts)
 
