@@ -3,10 +3,7 @@
 # rounds split over the two GPUs, then the pipeline's GPU tests. Results and logs under $OUT (results.tgz).
 #   bash benchmarks/gpu_final_check.sh
 set -u
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-bash benchmarks/gpu_setup.sh || exit 1
-o=/tmp/o; mkdir -p $o
-quiet="Warning|warn|Tip|GPU avail|TPU|HPU|LOCAL_RANK|max_steps|litlogger|Seed set"
+source benchmarks/gpu_env.sh
 timeout 180 python benchmarks/distributed_stragglers.py --out $o --tag h200x2 > $o/stragglers.log 2>&1
 echo "stragglers exit $?" >> $o/stragglers.log
 runs="python benchmarks/pipeline_runs.py --rounds 5 --steps 600 --configs serial,auto,on+graph --out $o"

@@ -3,10 +3,7 @@
 # in one call on a 2-GPU machine; everything under $OUT (all.tgz), the tables last.
 #   bash benchmarks/pipeline_ddp_check.sh
 set -u
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-bash benchmarks/gpu_setup.sh || exit 1
-o=/tmp/o; mkdir -p $o
-quiet="Warning|warn|Tip|GPU avail|TPU|HPU|LOCAL_RANK|max_steps|litlogger|Seed set"
+source benchmarks/gpu_env.sh
 CUDA_VISIBLE_DEVICES=0 timeout 120 python benchmarks/capture_traces.py --out $o/traces \
   --scenarios lightning_pytorchprofiler_augment,streamprof_augment --batch-size 32 --image-size 256 > $o/capture.log 2>&1
 CUDA_VISIBLE_DEVICES=0 timeout 200 python benchmarks/pipeline_runs.py --workloads article:8,resnet50:32 \

@@ -3,10 +3,7 @@
 # (~4 minutes). Results and logs under $OUT (results.tgz).
 #   bash benchmarks/pipeline_gpu_auto_check.sh
 set -u
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-bash benchmarks/gpu_setup.sh || exit 1
-o=/tmp/o; mkdir -p $o
-quiet="Warning|warn|Tip|GPU avail|TPU|HPU|LOCAL_RANK|max_steps|litlogger|Seed set"
+source benchmarks/gpu_env.sh
 runs="python benchmarks/pipeline_runs.py --rounds 5 --steps 600 --configs serial,auto,on+graph --out $o"
 (CUDA_VISIBLE_DEVICES=0 timeout 200 $runs --workloads article:8,resnet50:32:bf16 --tag h200-auto-a 2>&1 \
   | grep -v -E "$quiet") > $o/gpu0.log 2>&1 &

@@ -3,10 +3,7 @@
 # in one call (~9 minutes). Results and logs under $OUT (results.tgz), the tables last.
 #   bash benchmarks/pipeline_gpu_ddp_runs.sh
 set -u
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-bash benchmarks/gpu_setup.sh || exit 1
-o=/tmp/o; mkdir -p $o
-quiet="Warning|warn|Tip|GPU avail|TPU|HPU|LOCAL_RANK|max_steps|litlogger|Seed set|MEMBER|distributed_backend|^-+$|All distributed"
+source benchmarks/gpu_env.sh
 run() { python benchmarks/pipeline_runs.py --rounds 5 --out $o "$@" 2>&1 | grep -v -E "$quiet"; }
 timeout 270 python benchmarks/pipeline_runs.py --rounds 5 --out $o --devices 2 --workloads resnet50:16 \
   --configs serial,auto,on+graph,copy --steps 600 --tag h200x2-ddp > $o/ddp.log 2>&1

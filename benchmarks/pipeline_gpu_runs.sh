@@ -4,10 +4,7 @@
 # Results and logs under $OUT (results.tgz), the tables last.
 #   bash benchmarks/pipeline_gpu_runs.sh
 set -u
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-bash benchmarks/gpu_setup.sh || exit 1
-o=/tmp/o; mkdir -p $o
-quiet="Warning|warn|Tip|GPU avail|TPU|HPU|LOCAL_RANK|max_steps|litlogger|Seed set"
+source benchmarks/gpu_env.sh
 run() { python benchmarks/pipeline_runs.py --rounds 5 --out $o "$@" 2>&1 | grep -v -E "$quiet"; }
 (
   CUDA_VISIBLE_DEVICES=0 run --workloads article:8,article:32 --configs serial,auto,on+graph --steps 600 --tag h200-article
