@@ -30,15 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from lightning_streamprof.api import SeveralRunsError, analyze_runs, select_run
-    from lightning_streamprof.trace import TraceFormatError
+    from lightning_streamprof.api import analyze_runs, select_run
+    from lightning_streamprof.errors import warn_lines
 
-    try:
-        runs = analyze_runs(args.path)
-        results = [select_run(runs, args.run, args.path)] if args.run or args.json else [r.merged for r in runs]
-    except (TraceFormatError, SeveralRunsError) as err:
-        print(f"streamprof: error: {err}", file=sys.stderr)
-        return 2
+    runs = analyze_runs(args.path)
+    results = [select_run(runs, args.run, args.path)] if args.run or args.json else [r.merged for r in runs]
+    warn_lines(list(dict.fromkeys(w for r in results for w in r.warnings)))
     if args.json:
         import msgspec
 
@@ -56,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "analyze":
-        return _analyze(args)
+        from lightning_streamprof.api import SeveralRunsError
+        from lightning_streamprof.errors import run_command
+        from lightning_streamprof.trace import TraceFormatError
+
+        return run_command(lambda: _analyze(args), (TraceFormatError, SeveralRunsError))
     parser.print_help()
     return 0
 

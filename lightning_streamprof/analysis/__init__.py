@@ -20,13 +20,19 @@ from lightning_streamprof.analysis.source import source_lines
 from lightning_streamprof.analysis.staging import pipeline_work
 from lightning_streamprof.analysis.steps import step_breakdown
 from lightning_streamprof.results import Result, TraceIdentity, merge
-from lightning_streamprof.trace.table import EventTable
+from lightning_streamprof.results.checks import violations
+from lightning_streamprof.trace.table import EventTable, TraceFormatError
 
 __all__ = ["TraceContext", "analyze_table", "combine"]
 
 
 def analyze_table(table: EventTable, identity: TraceIdentity | None = None) -> Result:
-    """Run every analysis on one trace (``identity`` defaults to the table's source alone)."""
+    """Run every analysis on one trace (``identity`` defaults to the table's source alone).
+
+    The result always satisfies :func:`lightning_streamprof.results.checks.violations` (step parts sum to the
+    step, fractions in 0..1, nothing negative, every number fits JSON); a trace whose numbers cannot make such
+    a result raises :class:`~lightning_streamprof.trace.TraceFormatError`.
+    """
     identity = identity or TraceIdentity(path=table.source)
     ctx = TraceContext(table)
     result = Result(
@@ -43,8 +49,13 @@ def analyze_table(table: EventTable, identity: TraceIdentity | None = None) -> R
         syncs=sync_waits(ctx),
         pipeline=pipeline_work(ctx),
         recommendations=[],
+        warnings=[f"{table.source}: {w}" for w in table.warnings],
     )
-    return with_recommendations(result)
+    result = with_recommendations(result)
+    problems = violations(result)
+    if problems:
+        raise TraceFormatError(table.source, f"inconsistent values ({problems[0]})")
+    return result
 
 
 def with_recommendations(result: Result) -> Result:

@@ -7,10 +7,11 @@ budget (:mod:`.schedule`), the Kineto session (:mod:`.session`), the export and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -104,6 +105,12 @@ class StreamProfiler(Profiler):
         analyze: Analyse each window in a worker process and log its headline numbers
             (``streamprof/gpu_utilization``, ``streamprof/sm_efficiency``, ``streamprof/achieved_occupancy``,
             ``streamprof/step_ms`` and ``streamprof/step_ms/<category>``) through the Trainer's loggers.
+        timeout: Seconds the profiler waits at most: for the trace directory at setup, for each trace write,
+            and for pending exports at the end of a stage or at exit (then they are abandoned, with a warning).
+
+    Faults never stop training: an exception (or Ctrl+C) inside a window writes the window, cut short,
+    before the exception goes on; a trace directory that cannot be written, fills up or stops answering, and
+    an analysis that fails, are warnings; nothing waits in ``__del__`` and no temporary file is left behind.
 
     Raises:
         ValueError: At construction, for a schedule that cannot work (e.g. ``active=0``).
@@ -134,12 +141,15 @@ class StreamProfiler(Profiler):
         row_limit: int = 10,
         analyze: bool = True,
         all_threads: bool | None = None,
+        timeout: float = 60.0,
     ) -> None:
         super().__init__(dirpath=dirpath, filename=filename)
         if every is None and max_overhead is None:
             raise ValueError("StreamProfiler: `every=None` places windows by `max_overhead`; give one of them")
         if max_overhead is not None and not 0 < max_overhead < 1:
             raise ValueError(f"StreamProfiler: `max_overhead` must be in (0, 1), got {max_overhead}")
+        if not timeout > 0:
+            raise ValueError(f"StreamProfiler: `timeout` must be > 0 seconds, got {timeout}")
         if not 0 <= compress_level <= 3:
             raise ValueError(f"StreamProfiler: `compress_level` must be in 0..3 (ISA-L levels), got {compress_level}")
         grid = warmup + active + _COST_TAIL_STEPS if every is None else every
@@ -152,12 +162,15 @@ class StreamProfiler(Profiler):
         self.row_limit = row_limit
         self.analyze = analyze
         self.all_threads = all_threads
+        self.timeout = timeout
         self._user_dirpath = dirpath
         self._exporter: TraceExporter | None = None
+        self._last_exporter: TraceExporter | None = None  # the closed stage's, for `windows` and `summary`
         self._recorder: WindowRecorder | None = None
         self._step_suffix = "\0never"
         self._global_rank = 0
         self._failed = False
+        self._seen_exception = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -179,9 +192,13 @@ class StreamProfiler(Profiler):
             stamp = trainer.strategy.broadcast(stamp)
         run_name = f"{stage}-{stamp}"
         if self._exporter is None:
-            self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze)
+            self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze,
+                                           timeout=self.timeout)
         run_dir = join_path(str(base), run_name)
-        self._exporter.check_writable(run_dir)
+        self._recorder = None
+        if not self._exporter.check_writable(run_dir):
+            self._warn_problems()
+            return
         self._recorder = WindowRecorder(
             self.schedule, OverheadBudget(self.max_overhead, tail_steps=_COST_TAIL_STEPS), self._exporter,
             self._new_session, self._global_step, run_name=run_name, run_dir=run_dir, rank=rank, world_size=world_size,
@@ -216,26 +233,71 @@ class StreamProfiler(Profiler):
     @override
     def teardown(self, stage: str | None) -> None:
         self._finish()
-        if getattr(self, "_exporter", None) is not None:
-            self._exporter.close()  # stops the analysis worker; a later stage starts a new one
+        exporter = getattr(self, "_exporter", None)
+        if exporter is not None:
+            self._exporter, self._last_exporter = None, exporter
+            exporter.close(self.timeout)  # stops the analysis worker; a later stage starts a new one
+            self._warn_problems(exporter)
         super().teardown(stage)
 
-    def _finish(self) -> None:
-        """Close the open step, export a partly recorded window, wait for pending exports, log them."""
+    def __del__(self) -> None:
+        """Nothing here waits: a window still open is handed to the exporter, which finishes it in the background
+        (at exit it gets ``timeout`` seconds); the analysis worker is told to stop."""
+        with contextlib.suppress(Exception):
+            self._end_open_window()
+            exporter = getattr(self, "_exporter", None)
+            if exporter is not None:
+                exporter.release()
+            super().teardown(getattr(self, "_stage", None))
+
+    @override
+    @contextlib.contextmanager
+    def profile(self, action_name: str) -> Generator:
+        """Lightning's action scope; an exception leaving it writes the open window first (cut short)."""
+        try:
+            self.start(action_name)
+            yield action_name
+        except BaseException as err:
+            self._on_exception(err)
+            raise
+        finally:
+            self.stop(action_name)
+
+    def _on_exception(self, err: BaseException) -> None:
+        """An exception (or Ctrl+C) leaves an action: the run may be ending, so the open window is written now.
+        A ``StopIteration`` (the end of an epoch's data) is not a fault."""
+        if isinstance(err, StopIteration) or id(err) == self._seen_exception:
+            return
+        self._seen_exception = id(err)
+        self._end_open_window()
+
+    def _end_open_window(self) -> None:
+        """Close the open step and hand a partly recorded window to the exporter."""
         recorder = getattr(self, "_recorder", None)
         if recorder is not None and recorder.active:
             self._guarded(recorder.close_step)
             if recorder.active:
                 self._guarded(recorder.end_window)
-        if getattr(self, "_exporter", None) is not None:
-            self._exporter.wait()
-            if self._exporter.ready:
-                self._log_ready(save=True)
+
+    def _finish(self) -> None:
+        """Close the open step, export a partly recorded window, wait (bounded) for pending exports, log them."""
+        self._end_open_window()
+        exporter = getattr(self, "_exporter", None)
+        if exporter is not None:
+            exporter.finish(self.timeout)
+            self._log_ready(save=True)
+
+    def _warn_problems(self, exporter: TraceExporter | None = None) -> None:
+        """Warn (on the training thread) about what went wrong in the background: the first of each kind."""
+        exporter = exporter or self._exporter
+        for message in exporter.problems.drain() if exporter is not None else []:
+            warnings.warn(f"StreamProfiler: {message}; training goes on", stacklevel=3)
 
     def _log_ready(self, save: bool = False) -> None:
         """Log analysed windows through the Trainer's loggers (on the training thread)."""
         exporter = self._exporter
         assert exporter is not None
+        self._warn_problems(exporter)
         ready, exporter.ready = exporter.ready, []
         trainer = self._trainer()
         loggers = list(getattr(trainer, "loggers", []) or []) if trainer is not None else []
@@ -259,7 +321,7 @@ class StreamProfiler(Profiler):
         if recorder is None:
             return
         if action_name.endswith(self._step_suffix):
-            if self._exporter is not None and self._exporter.ready:
+            if self._exporter is not None and (self._exporter.ready or self._exporter.problems.pending):
                 self._log_ready()
             self._guarded(recorder.step_boundary, self._resume_offset)
         if recorder.watching:
@@ -298,11 +360,13 @@ class StreamProfiler(Profiler):
 
     @property
     def windows(self) -> list[WindowResult]:
-        """Exported windows so far (waits for pending exports)."""
-        if self._exporter is None:
+        """The latest exported windows (waits, up to ``timeout``, for pending exports); the full analysis is
+        kept for the last few, headline ``metrics`` for all."""
+        exporter = self._exporter or self._last_exporter
+        if exporter is None:
             return []
-        self._exporter.wait()
-        return self._exporter.results
+        exporter.wait(self.timeout)
+        return list(exporter.results)
 
     @property
     def overhead_seconds(self) -> float:
@@ -311,10 +375,15 @@ class StreamProfiler(Profiler):
 
     @override
     def summary(self) -> str:
+        """The last windows' headline numbers and top operators (a few lines however many windows ran), and
+        what went wrong."""
         results = self.windows
+        exporter = self._exporter or self._last_exporter
         text = (
-            render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds, row_limit=self.row_limit)
+            render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds, row_limit=self.row_limit,
+                           total=exporter.written if exporter is not None else len(results))
             if results
             else "StreamProfiler: no window was recorded."
         )
-        return "\n".join([text, *(cb.report() for cb in self._staging_callbacks())])
+        problems = [f"StreamProfiler: {line}" for line in exporter.problems.lines()] if exporter is not None else []
+        return "\n".join([text, *problems, *(cb.report() for cb in self._staging_callbacks())])

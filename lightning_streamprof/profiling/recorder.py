@@ -134,6 +134,10 @@ class WindowRecorder:
             return
         phase = window.phase(step)
         if phase is not Phase.IDLE and self._session is None and step in (window.warmup_start, window.start):
+            if not self.exporter.accepting:  # earlier windows are still being written, or the store is gone
+                self.exporter.problems.add("skipped", "a window was skipped: earlier traces are still being written")
+                self._place_next(current=step + 1)
+                return
             self.watching = True
             self.budget.begin_window()
         if phase is Phase.WARMUP and self._session is None:

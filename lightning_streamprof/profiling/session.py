@@ -17,6 +17,10 @@ log = logging.getLogger(__name__)
 Activity = Literal["cpu", "cuda"]
 
 
+class ExportError(RuntimeError):
+    """Kineto wrote no usable trace (it reports no error itself, e.g. when the temporary directory is full)."""
+
+
 class KinetoSession:
     """A ``torch.profiler.profile`` of one window, with the recording options of the profiler."""
 
@@ -53,13 +57,15 @@ class KinetoSession:
             self._prof.add_metadata_json(key, orjson.dumps(value).decode())
 
     def save(self) -> str:
-        """Stop recording and write the trace to a local temporary file; returns its path."""
+        """Stop recording and write the trace to a local temporary file; returns its path. :class:`ExportError`
+        when Kineto wrote nothing or a cut-off file (the file is removed)."""
         self._prof.stop_trace()
         self.recording = False
         fd, local = tempfile.mkstemp(prefix="streamprof-", suffix=".pt.trace.json")
         os.close(fd)
         try:
             self._prof.export_chrome_trace(local)
+            _check_complete(local)
         except BaseException:
             os.remove(local)
             raise
@@ -74,6 +80,17 @@ class KinetoSession:
         except Exception:  # noqa: BLE001 - best effort while recovering
             log.debug("streamprof: could not release the profiler session", exc_info=True)
         self.recording = False
+
+
+def _check_complete(path: str) -> None:
+    """:class:`ExportError` unless ``path`` holds a whole JSON document (it ends with ``}``)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(max(0, size - 256))
+        tail = f.read().rstrip()
+    if not tail.endswith(b"}"):
+        what = "an empty trace" if size == 0 else f"a cut-off trace ({size} bytes)"
+        raise ExportError(f"Kineto wrote {what} to {os.path.dirname(path)} (is the temporary directory full?)")
 
 
 def kineto_activities(names: Sequence[Activity] | None) -> list[Any]:

@@ -20,15 +20,21 @@ class Window(Protocol):
 
 
 def render_windows(
-    windows: Sequence[Window], rank: int = 0, overhead: float | None = None, row_limit: int = 10
+    windows: Sequence[Window], rank: int = 0, overhead: float | None = None, row_limit: int = 10,
+    total: int | None = None, shown: int = 3,
 ) -> str:
-    """One short table of top operators per window, plain text (no colour codes)."""
+    """A short table of top operators for each of the last ``shown`` windows, plain text (no colour codes);
+    ``total`` windows were written in all (the rest are counted, so the text stays short)."""
     out, buf = console(120)
-    head = f"StreamProfiler: {len(windows)} window(s) on rank {rank}"
+    total = len(windows) if total is None else total
+    head = f"StreamProfiler: {total} window(s) on rank {rank}"
     if overhead is not None:
         head += f", measured profiling cost {overhead:.2f} s"
     out.print(head)
-    for res in sorted(windows, key=lambda r: r.window):
+    latest = sorted(windows, key=lambda r: r.window)[-shown:]
+    if total > len(latest) and latest:
+        out.print(f"(the last {len(latest)} shown; `streamprof analyze` on the run's directory reads them all)")
+    for res in latest:
         out.print(f"window {res.window}: steps {res.first_step}-{res.last_step}\n{res.path}", markup=False,
                   highlight=False)
         if res.analysis is None:

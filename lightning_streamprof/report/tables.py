@@ -8,7 +8,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from lightning_streamprof.escape import for_terminal
 from lightning_streamprof.results import Result
 
 Column = tuple[str, Callable[[Any], Any]]
@@ -41,11 +43,12 @@ def table(title: str | None, columns: Sequence[Column], rows: Sequence[Any], top
     return out
 
 
-def _cell(value: Any, width: int = 64) -> str:
+def _cell(value: Any, width: int = 64) -> Text:
+    """A cell as plain text: names from traces are never read as markup, their control characters escaped."""
     if value is None:
-        return ""
-    text = value if isinstance(value, str) else f"{value:.4g}" if isinstance(value, float) else str(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
+        return Text("")
+    text = for_terminal(value) if isinstance(value, str) else f"{value:.4g}" if isinstance(value, float) else str(value)
+    return Text(text if len(text) <= width else text[: width - 1] + "…")
 
 
 def headline_lines(result: Result) -> list[str]:
@@ -63,7 +66,7 @@ def headline_lines(result: Result) -> list[str]:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in steps.breakdown_ms.items() if v >= 0.005)
         lines.append(f"  step {steps.mean_ms:.2f} ms (mean of {steps.count}): {parts}")
     for rec in result.recommendations:
-        lines.append(f"  -> {rec.message}")
+        lines.append(f"  -> {for_terminal(rec.message)}")
     return lines
 
 

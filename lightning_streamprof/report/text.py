@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lightning_streamprof.escape import for_terminal
 from lightning_streamprof.report.tables import OPERATOR_COLUMNS, console, headline_lines, ms, pct, table
 from lightning_streamprof.results import Result
 
@@ -29,12 +30,13 @@ def render_analysis(result: Result, top: int = 10) -> str:
     out, buf = console(140)
     traces = result.traces
     head = f"run {result.run}: " if result.run else ""
-    out.print(head + (f"{len(traces)} traces" if len(traces) != 1 else traces[0].path), markup=False, highlight=False)
+    out.print(for_terminal(head + (f"{len(traces)} traces" if len(traces) != 1 else traces[0].path)), markup=False,
+              highlight=False)
     for line in headline_lines(result):
         out.print(line, markup=False, highlight=False)
     for device in result.memory.devices:
         where = f"rank {device.rank} window {device.window} {device.device}" if len(traces) > 1 else device.device
-        out.print(f"  memory {where}: peak allocated {device.peak_allocated_bytes / 2**20:.1f} MiB",
+        out.print(f"  memory {for_terminal(where)}: peak allocated {device.peak_allocated_bytes / 2**20:.1f} MiB",
                   markup=False, highlight=False)
     for title, columns, rows in (("Kernels", _KERNELS, result.kernels), ("Operators", _OPERATORS, result.operators),
                                  ("Hot source lines", _SOURCE, result.source_lines),

@@ -13,7 +13,9 @@ class TraceFormatError(ValueError):
     """A file that is not a readable Kineto trace; the message names the file and the reason."""
 
     def __init__(self, source: str, reason: str) -> None:
-        super().__init__(f"{source}: {reason}")
+        from lightning_streamprof.escape import one_line
+
+        super().__init__(f"{one_line(str(source))}: {one_line(str(reason))}")
         self.source = source
         self.reason = reason
 
@@ -100,6 +102,7 @@ class EventTable:
     - ``shapes``: index into ``names`` of the operator's ``Input Dims`` as compact JSON, -1 if not recorded.
     - ``metadata``: every top-level key of the trace except ``traceEvents`` (``deviceProperties``,
       ``distributedInfo``, ...).
+    - ``warnings``: what the reader ignored because it cannot be true (negative durations, duplicates...).
     """
 
     source: str
@@ -125,6 +128,7 @@ class EventTable:
     python_parent_id: np.ndarray
     shapes: np.ndarray
     metadata: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
