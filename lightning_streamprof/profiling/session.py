@@ -3,6 +3,7 @@ stopped and saved to a local file by Kineto's own writer."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -67,7 +68,9 @@ class KinetoSession:
             self._prof.export_chrome_trace(local)
             _check_complete(local)
         except BaseException:
-            os.remove(local)
+            for path in (local, local + ".tmp"):  # Kineto writes through "<name>.tmp"
+                with contextlib.suppress(OSError):
+                    os.remove(path)
             raise
         return local
 
