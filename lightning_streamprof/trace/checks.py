@@ -79,11 +79,11 @@ def checked_ns(key: str, us: float | None, label: str) -> int:
 
 def checked_ns_array(key: str, us: np.ndarray, labels: list[str]) -> np.ndarray:
     """:func:`checked_ns` of every value (NaN: missing)."""
-    ns = us * 1000.0
-    missing = np.isnan(ns)
-    limit = TS_LIMIT if key == "ts" else DUR_LIMIT
-    lo = 0 if key == "ts" else -DUR_LIMIT
-    with np.errstate(invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
+        ns = us * 1000.0
+        missing = np.isnan(ns)
+        limit = TS_LIMIT if key == "ts" else DUR_LIMIT
+        lo = 0 if key == "ts" else -DUR_LIMIT
         bad = ~missing & ~((ns >= lo) & (ns < limit))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
