@@ -44,8 +44,8 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def command(script: str) -> str:
-    """``python benchmarks/<script> <arguments>`` without ``--out DIR`` (a machine path)."""
+def command_args() -> str:
+    """The command line's arguments without ``--out DIR`` (a machine path)."""
     args, skip = [], False
     for a in sys.argv[1:]:
         if skip:
@@ -54,4 +54,9 @@ def command(script: str) -> str:
             skip = True
         elif not a.startswith("--out="):
             args.append(a)
-    return " ".join(["python", f"benchmarks/{script}", *args])
+    return " ".join(args)
+
+
+def command(script: str) -> str:
+    """``python benchmarks/<script> <arguments>`` without ``--out DIR``."""
+    return " ".join(["python", f"benchmarks/{script}", command_args()]).rstrip()

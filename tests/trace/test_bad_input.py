@@ -80,7 +80,8 @@ def test_negative_duration_step_is_left_out_not_summed_to_zero(tmp_path):
     assert all(sum(s.breakdown_ns.values()) == s.duration_ns > 0 for s in steps.per_step)
 
 
-def test_directory_with_one_bad_trace_analyses_the_others(tmp_path, capsys):
+def test_directory_with_one_bad_trace(tmp_path, capsys):
+    """The others are analysed, the bad one named in a warning."""
     good = tmp_path / "good.pt.trace.json.gz"
     good.write_bytes(VALID)
     bad = tmp_path / "bad.pt.trace.json.gz"
@@ -102,14 +103,36 @@ def test_directory_of_only_bad_traces(tmp_path, capsys):
     assert "(and 1 more unreadable traces)" in err
 
 
-@pytest.mark.parametrize("args, reason", [
-    (("/nonexistent/trace.json",), "no such file or directory"),
-    (("unknownproto://bucket/t.json",), "unknown protocol unknownproto://"),
-])
-def test_paths_that_do_not_lead_to_a_trace(capsys, args, reason):
-    code, out, err = cli(capsys, *args)
+def test_no_such_path(capsys):
+    code, out, err = cli(capsys, "/nonexistent/trace.json")
     assert code == 2 and out == ""
-    one_error_line(err, args[0], reason)
+    one_error_line(err, "/nonexistent/trace.json", "no such file or directory")
+
+
+def test_unknown_protocol(capsys):
+    code, out, err = cli(capsys, "unknownproto://bucket/t.json")
+    assert code == 2 and out == ""
+    one_error_line(err, "unknownproto://bucket/t.json", "unknown protocol unknownproto://")
+
+
+def _two_runs(root):
+    for run in ("fit-1", "fit-2"):
+        (root / run).mkdir()
+        (root / run / "rank0.pt.trace.json.gz").write_bytes(VALID)
+
+
+def test_several_runs(tmp_path, capsys):
+    _two_runs(tmp_path)
+    code, out, err = cli(capsys, str(tmp_path), "--json")
+    assert code == 2 and out == ""
+    one_error_line(err, tmp_path, "holds 2 runs (fit-1, fit-2); choose one with --run NAME")
+
+
+def test_unknown_run(tmp_path, capsys):
+    _two_runs(tmp_path)
+    code, out, err = cli(capsys, str(tmp_path), "--run", "fit-3")
+    assert code == 2 and out == ""
+    one_error_line(err, tmp_path, "no run named 'fit-3' (runs: fit-1, fit-2)")
 
 
 def test_empty_directory(tmp_path, capsys):
@@ -214,8 +237,7 @@ def _named(name):
     return b
 
 
-@pytest.mark.parametrize("name", ["[/x]", "[bold red]x[/]", "\x1b[31mred\x1b[0m", "a\rb\x07c\nd", "rtl\u202eevil"])
-def test_names_are_escaped_for_the_terminal(tmp_path, capsys, name):
+def _shown_safely(tmp_path, capsys, name):
     path = _named(name).write(tmp_path / "names.pt.trace.json.gz")
     code, out, err = cli(capsys, str(path))
     assert code == 0 and err == ""
@@ -224,6 +246,18 @@ def test_names_are_escaped_for_the_terminal(tmp_path, capsys, name):
         assert name in out  # shown as written, not read as markup
     data = json.loads(cli(capsys, str(path), "--json")[1])
     assert {k["name"] for k in data["kernels"]} == {name}  # the JSON keeps the name itself
+    return out
+
+
+@pytest.mark.parametrize("name", ["[/x]", "[bold red]x[/]", "[link=file:///etc/passwd]x"])
+def test_markup_in_names(tmp_path, capsys, name):
+    _shown_safely(tmp_path, capsys, name)
+
+
+@pytest.mark.parametrize("name", ["\x1b[31mred\x1b[0m\x1b[2J", "a\rb\x07c\nd", "rtl\u202eevil"])
+def test_control_characters_in_names(tmp_path, capsys, name):
+    out = _shown_safely(tmp_path, capsys, name)
+    assert "\\x1b" in out or "\\x0d" in out or "\\u202e" in out
 
 
 def test_script_kernel_name(tmp_path, capsys):
