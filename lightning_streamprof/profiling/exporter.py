@@ -133,9 +133,9 @@ class TraceExporter:
             unanalysed = len(self._analyses) + sum(1 for j in self._in_flight if j.endswith(".analyse"))
             self._writes.clear()
             self._analyses.clear()
-            self._busy -= len(pending)
             in_flight = [p.rsplit(".", 1)[0] for p in self._in_flight]
             self._abandoned.update(in_flight)
+            self._busy -= len(pending) + len(in_flight)
         for path in [j.local for j in pending] + in_flight:
             _remove(path)
         if unwritten:
@@ -184,23 +184,27 @@ class TraceExporter:
 
     def _done(self, job: _Job, tag: str, then: deque[_Job] | None = None) -> None:
         """``job`` left its thread: into ``then`` (the analysis queue, which keeps the latest
-        :data:`MAX_PENDING_ANALYSES` windows), else finished."""
-        dropped = None
+        :data:`MAX_PENDING_ANALYSES` windows), else finished. A job given up by :meth:`finish` is only dropped."""
+        finished: _Job | None = job
+        dropped: _Job | None = None
         with self._cond:
             self._in_flight.discard(f"{job.local}.{tag}")
-            if then is not None and job.local not in self._abandoned:
+            if job.local in self._abandoned:  # already counted out
+                self._abandoned.discard(job.local)
+                finished = None
+                then = None
+            elif then is not None:
                 dropped = then.popleft() if len(then) >= MAX_PENDING_ANALYSES else None
                 then.append(job)
-                job = dropped
-            if job is not None:
+                finished = dropped
+            if finished is not None:
                 self._busy -= 1
-                self._abandoned.discard(job.local)
             idle = self._closed and self._busy == 0
             self._cond.notify_all()
         if dropped is not None:
             _remove(dropped.local)
             self.problems.add("analysis-behind", "analysis fell behind training; a window was not analysed")
-        if then is not None and job is not None:
+        if then is None:
             _remove(job.local)
         if idle and self._worker is not None:
             self._worker.close(wait=False)
@@ -212,8 +216,6 @@ class TraceExporter:
                 written = self._write(job)
             except BaseException as err:  # noqa: BLE001 - a thread must not die
                 self.problems.add("write", f"could not write {job.identity.path}: {_reason(err)}")
-            if not (written and self._worker is not None):
-                _remove(job.local)
             self._done(job, "write", self._analyses if written and self._worker is not None else None)
 
     def _write(self, job: _Job) -> bool:
@@ -248,7 +250,6 @@ class TraceExporter:
             except BaseException as err:  # noqa: BLE001 - a thread must not die
                 self.problems.add("analysis", f"could not analyse window {job.identity.window}: {_reason(err)}")
             finally:
-                _remove(job.local)
                 self._done(job, "analyse")
 
     def _analyse(self, job: _Job) -> None:
