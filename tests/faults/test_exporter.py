@@ -4,6 +4,7 @@ files, and nothing blocks when the profiler is freed."""
 import threading
 import time
 
+import pytest
 from faultkit import leftovers, private_tmp  # noqa: F401
 
 from lightning_streamprof.profiling import exporter as exporter_module
@@ -23,10 +24,17 @@ def _submit(exp, directory, target, n):
                    steps=(i, i + 1))
 
 
-def test_pending_windows_are_abandoned_without_temporary_files(tmp_path, private_tmp, monkeypatch):
-    gate = threading.Event()
+@pytest.fixture
+def gate(monkeypatch):
+    """Writes wait until the returned event is set."""
+    event = threading.Event()
     real = exporter_module.write_atomic
-    monkeypatch.setattr(exporter_module, "write_atomic", lambda path, data: (gate.wait(), real(path, data)))
+    monkeypatch.setattr(exporter_module, "write_atomic", lambda path, data: (event.wait(), real(path, data)))
+    yield event
+    event.set()
+
+
+def test_pending_windows_are_abandoned_without_temporary_files(tmp_path, private_tmp, gate):
     exp = TraceExporter(analyze=False, timeout=30)
     _submit(exp, private_tmp, tmp_path, 3)
     start = time.perf_counter()
@@ -39,10 +47,7 @@ def test_pending_windows_are_abandoned_without_temporary_files(tmp_path, private
     assert leftovers(private_tmp, tmp_path) == []
 
 
-def test_release_never_waits_and_pending_work_still_finishes(tmp_path, private_tmp, monkeypatch):
-    gate = threading.Event()
-    real = exporter_module.write_atomic
-    monkeypatch.setattr(exporter_module, "write_atomic", lambda path, data: (gate.wait(), real(path, data)))
+def test_release_never_waits_and_pending_work_still_finishes(tmp_path, private_tmp, gate):
     exp = TraceExporter(analyze=False, timeout=30)
     _submit(exp, private_tmp, tmp_path, 2)
     start = time.perf_counter()

@@ -167,20 +167,21 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_s3_missing_extra(monkeypatch, capsys):
-    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "s3", raising=False)
-    monkeypatch.setitem(sys.modules, "s3fs", None)
-    code, _, err = cli(capsys, "s3://bucket/run")
+def _missing_extra(monkeypatch, capsys, protocol, package):
+    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, protocol, raising=False)
+    monkeypatch.setitem(sys.modules, package, None)
+    code, _, err = cli(capsys, f"{protocol}://bucket/run")
     assert code == 2
-    one_error_line(err, "s3://bucket/run", "reading s3:// needs s3fs: pip install 'lightning-streamprof[s3]'")
+    one_error_line(err, f"{protocol}://bucket/run",
+                   f"reading {protocol}:// needs {package}: pip install 'lightning-streamprof[{protocol}]'")
+
+
+def test_s3_missing_extra(monkeypatch, capsys):
+    _missing_extra(monkeypatch, capsys, "s3", "s3fs")
 
 
 def test_gs_missing_extra(monkeypatch, capsys):
-    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "gs", raising=False)
-    monkeypatch.setitem(sys.modules, "gcsfs", None)
-    code, _, err = cli(capsys, "gs://bucket/run")
-    assert code == 2
-    one_error_line(err, "gs://bucket/run", "reading gs:// needs gcsfs: pip install 'lightning-streamprof[gs]'")
+    _missing_extra(monkeypatch, capsys, "gs", "gcsfs")
 
 
 def test_s3_without_credentials(s3_config, capsys):
