@@ -12,7 +12,7 @@ from lightning_streamprof.api import SeveralRunsError, analyze, analyze_runs
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "traces")
 CONTRACT_CATEGORIES = {"kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other"}
 CONTRACT_KEYS = {"run", "runs", "traces", "gpu", "steps", "kernels", "operators", "memory", "tensor_cores",
-                 "recommendations", "source_lines", "host", "syncs", "pipeline", "distributed"}
+                 "recommendations", "source_lines", "host", "syncs", "pipeline", "distributed", "warnings"}
 
 
 def streamprof(*args):
