@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 import lightning as L
 import torch
-
-
-def command_args() -> str:
-    """The command line's arguments without ``--out DIR`` (a machine path)."""
-    args, skip = [], False
-    for a in sys.argv[1:]:
-        if skip:
-            skip = False
-        elif a == "--out":
-            skip = True
-        elif not a.startswith("--out="):
-            args.append(a)
-    return " ".join(args)
+from _record import command_args  # noqa: F401 - the benchmarks' shared helper, kept importable from here
 
 
 class StepClock(L.Callback):

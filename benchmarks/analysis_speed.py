@@ -25,7 +25,6 @@ import gzip
 import json
 import math
 import os
-import platform
 import re
 import resource
 import shlex
@@ -34,6 +33,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import code_version, machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = ROOT / "tests" / "fixtures" / "traces" / "frozen_backbone_memory_stack.pt.trace.json.gz"
@@ -269,11 +271,11 @@ def main() -> None:
         report = {
             "benchmark": "analysis_speed",
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "machine": _machine(),
+            "machine": machine(),
             "command": command,
             "trace": args.trace,
             "source_trace": os.path.relpath(args.source, ROOT) if args.trace == "replicated" else "synthetic_trace.py",
-            "code": _code_version(),
+            "code": code_version(),
             "baseline": str(args.baseline) if args.baseline else None,
             "events": n_events,
             "json_bytes": json_path.stat().st_size,
@@ -298,29 +300,6 @@ def build_synthetic(n_events: int, out_dir: Path) -> tuple[Path, Path, int]:
     write_trace(doc, json_path)
     _gzip_file(json_path, gz_path)
     return json_path, gz_path, len(doc["traceEvents"])
-
-
-def _code_version() -> str:
-    """The measured checkout's git commit (with a note when it has changes)."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lightning_streamprof"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return sha + (" + uncommitted changes" if dirty else "")
-    except OSError:
-        return "?"
-
-
-def _machine() -> dict:
-    cpu = ""
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpu": cpu or platform.processor(), "cores": os.cpu_count(), "memory_gib": round(mem_gib, 1),
-            "python": platform.python_version(), "platform": platform.platform()}
 
 
 def _markdown(report: dict) -> str:

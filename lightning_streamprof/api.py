@@ -6,9 +6,9 @@ import os
 from collections.abc import Callable
 
 import msgspec
-from fsspec.core import url_to_fs
 
 from lightning_streamprof.results import Result, RunResults, WindowResults, group_runs
+from lightning_streamprof.trace import remote
 from lightning_streamprof.trace.identity import trace_identity
 from lightning_streamprof.trace.reader import TraceFormatError, read_trace
 
@@ -29,19 +29,20 @@ class SeveralRunsError(ValueError):
 
 def find_traces(path: str) -> tuple[list[str], str | None]:
     """The traces at ``path`` (itself if a file, else every Kineto trace below it, sorted) and the directory
-    they were searched under (None for a file); fsspec URLs work."""
-    fs, local = url_to_fs(str(path))
-    if not fs.exists(local):
-        raise TraceFormatError(str(path), "no such file or directory")
-    if not fs.isdir(local):
-        return [str(path)], None
+    they were searched under (None for a file); fsspec URLs work. Remote requests are bounded in time."""
+    path = str(path)
+    fs, local = remote.filesystem(path)
+    info = remote.bounded(fs, path, lambda: fs.info(local), f"looking up {path}")
+    if info.get("type") != "directory":
+        return [path], None
     protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
     prefix = "" if protocol in ("file", "local") else f"{protocol}://"
-    found = sorted(p for p in fs.find(local) if p.endswith(TRACE_SUFFIXES[:2]))
+    every = remote.bounded(fs, path, lambda: fs.find(local), f"listing {path}")
+    found = sorted(p for p in every if p.endswith(TRACE_SUFFIXES[:2]))
     if not found:
-        found = sorted(p for p in fs.find(local) if p.endswith(TRACE_SUFFIXES[2:]))
+        found = sorted(p for p in every if p.endswith(TRACE_SUFFIXES[2:]))
     if not found:
-        raise TraceFormatError(str(path), "directory holds no Kineto trace (*.pt.trace.json[.gz])")
+        raise TraceFormatError(path, "directory holds no Kineto trace (*.pt.trace.json[.gz])")
     root = prefix + local.rstrip("/") if prefix and not local.startswith(prefix) else local.rstrip("/")
     return [prefix + p if prefix and not p.startswith(prefix) else p for p in found], root
 
@@ -54,21 +55,43 @@ def analyze_file(path: str, root: str | None = None) -> Result:
     return analyze_table(table, trace_identity(path, table.metadata, root))
 
 
+def _analyze_each(paths: list[str], root: str | None,
+                  progress: Progress | None = None) -> tuple[list[Result], list[TraceFormatError]]:
+    """Every readable trace's result, and the errors of the others (a single path's error is raised).
+
+    ``progress(done, total, trace)`` is called before each trace is read (``done`` read so far) and once at the end.
+    """
+    results, errors = [], []
+    for i, p in enumerate(paths):
+        if progress is not None:
+            progress(i, len(paths), p)
+        if len(paths) == 1:
+            results.append(analyze_file(p, root))
+            continue
+        try:
+            results.append(analyze_file(p, root))
+        except TraceFormatError as err:
+            errors.append(err)
+    if progress is not None:
+        progress(len(paths), len(paths), "")
+    if not results:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more unreadable traces)" if len(errors) > 1 else ""
+        raise TraceFormatError(first.source, first.reason + more)
+    return results, errors
+
+
 def analyze_runs(path: str | os.PathLike, progress: Progress | None = None) -> list[RunResults]:
     """Every run under ``path``: its windows, each window's ranks, and the run's traces merged.
 
+    A trace that cannot be read is left out and named in the ``warnings`` of its run's result (of every run's
+    when its run is unknown); :class:`TraceFormatError` when no trace can be read.
     ``progress(done, total, trace)`` is called before each trace is read (``done`` read so far) and once at the end.
     """
     from lightning_streamprof.analysis import combine
 
     paths, root = find_traces(str(path))
-    results = []
-    for i, p in enumerate(paths):
-        if progress is not None:
-            progress(i, len(paths), p)
-        results.append(analyze_file(p, root))
-    if progress is not None:
-        progress(len(paths), len(paths), "")
+    results, errors = _analyze_each(paths, root, progress)
     runs = []
     for run, windows in group_runs(results).items():
         every = [r for ranks in windows.values() for r in ranks]
@@ -80,7 +103,13 @@ def analyze_runs(path: str | os.PathLike, progress: Progress | None = None) -> l
             merged=merged,
         ))
     names = [r.run or "" for r in runs]
-    return [msgspec.structs.replace(r, merged=msgspec.structs.replace(r.merged, runs=names)) for r in runs]
+    out = []
+    for r in runs:
+        skipped = [f"{e.source}: skipped: {e.reason}" for e in errors
+                   if (owner := trace_identity(e.source, {}, root).run) == r.run or owner not in names]
+        merged = msgspec.structs.replace(r.merged, runs=names, warnings=[*r.merged.warnings, *skipped])
+        out.append(msgspec.structs.replace(r, merged=merged))
+    return out
 
 
 def select_run(runs: list[RunResults], run: str | None, path: str) -> Result:
@@ -102,6 +131,8 @@ def analyze(path: str | os.PathLike, run: str | None = None) -> Result:
     A directory's traces are grouped by run (the profiler's ``<stage>-<time>`` directory, else the directory
     that holds them); the result merges the traces of ``run``, or of the only run (a directory with several
     runs raises :class:`SeveralRunsError` without ``run``; :func:`analyze_runs` gives every run).
-    Raises :class:`TraceFormatError` naming the file for anything that is not a readable Kineto trace.
+    Raises :class:`TraceFormatError` naming the file for anything that is not a readable Kineto trace; in a
+    directory, unreadable traces are skipped and named in the result's ``warnings``. Remote stores get
+    ``$STREAMPROF_IO_TIMEOUT`` seconds (30) per request.
     """
     return select_run(analyze_runs(path), run, str(path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from lightning_streamprof import __version__
 
@@ -59,15 +60,11 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from lightning_streamprof.api import SeveralRunsError, select_run
-    from lightning_streamprof.trace import TraceFormatError
+    from lightning_streamprof.api import select_run
 
-    try:
-        runs = _read_runs(args.path)
-        results = [select_run(runs, args.run, args.path)] if args.run or args.json else [r.merged for r in runs]
-    except (TraceFormatError, SeveralRunsError) as err:
-        print(f"streamprof: error: {err}", file=sys.stderr)
-        return 2
+    runs = _read_runs(args.path)
+    results = [select_run(runs, args.run, args.path)] if args.run or args.json else [r.merged for r in runs]
+    _warn(results)
     if args.json:
         import msgspec
 
@@ -92,51 +89,69 @@ def _read_runs(path: str) -> list:
         return analyze_runs(path, progress=progress)
 
 
+class OutputError(ValueError):
+    """The output file of a command cannot be written (its message names the file and the reason)."""
+
+
 def _write_text(path: str, text: str) -> None:
     import fsspec
 
-    with fsspec.open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    from lightning_streamprof.errors import describe
+
+    try:
+        with fsspec.open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except (OSError, ImportError, ValueError) as err:
+        raise OutputError(f"{path}: cannot write: {describe(err)}") from None
 
 
 def _report(args: argparse.Namespace) -> int:
-    from lightning_streamprof.api import SeveralRunsError
     from lightning_streamprof.report.html import render_report
     from lightning_streamprof.report.pipeline_notes import read_pipeline_notes
     from lightning_streamprof.trace import TraceFormatError
 
-    try:
-        runs = _read_runs(args.path)
-        if args.run is not None:
-            runs = [r for r in runs if r.run == args.run]
-            if not runs:
-                raise TraceFormatError(args.path, f"no run named {args.run!r}")
-        html = render_report(runs, args.path, pipeline=read_pipeline_notes(runs))
-        _write_text(args.output, html)
-    except (TraceFormatError, SeveralRunsError, OSError) as err:
-        print(f"streamprof: error: {err}", file=sys.stderr)
-        return 2
+    runs = _read_runs(args.path)
+    if args.run is not None:
+        runs = [r for r in runs if r.run == args.run]
+        if not runs:
+            raise TraceFormatError(args.path, f"no run named {args.run!r}")
+    _warn([r.merged for r in runs])
+    html = render_report(runs, args.path, pipeline=read_pipeline_notes(runs))
+    _write_text(args.output, html)
     print(f"Wrote {args.output}")
     return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from lightning_streamprof.api import SeveralRunsError, select_run
+    from lightning_streamprof.api import select_run
     from lightning_streamprof.report.compare import compare, render_compare_html, render_compare_text
+
+    a = select_run(_read_runs(args.a), args.run_a, args.a)
+    b = select_run(_read_runs(args.b), args.run_b, args.b)
+    _warn([a, b])
+    comparison = compare(a, b, _label(args.a, args.run_a), _label(args.b, args.run_b), top=args.top)
+    sys.stdout.write(render_compare_text(comparison) + "\n")
+    if args.output:
+        _write_text(args.output, render_compare_html(comparison))
+        print(f"Wrote {args.output}")
+    return 0
+
+
+def _warn(results: list) -> None:
+    """The warnings of ``results`` (skipped traces, ignored values), each once, one line each on stderr."""
+    from lightning_streamprof.errors import warn_lines
+
+    warn_lines(list(dict.fromkeys(w for r in results for w in r.warnings)))
+
+
+def _run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``command(args)`` with one-line errors: bad input (a trace, a run, an output that cannot be written) exits
+    2, Ctrl+C 130, anything else 1 (see :func:`lightning_streamprof.errors.run_command`)."""
+    from lightning_streamprof.api import SeveralRunsError
+    from lightning_streamprof.errors import run_command
     from lightning_streamprof.trace import TraceFormatError
 
-    try:
-        a = select_run(_read_runs(args.a), args.run_a, args.a)
-        b = select_run(_read_runs(args.b), args.run_b, args.b)
-        comparison = compare(a, b, _label(args.a, args.run_a), _label(args.b, args.run_b), top=args.top)
-        sys.stdout.write(render_compare_text(comparison) + "\n")
-        if args.output:
-            _write_text(args.output, render_compare_html(comparison))
-            print(f"Wrote {args.output}")
-    except (TraceFormatError, SeveralRunsError, OSError) as err:
-        print(f"streamprof: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(lambda: command(args), (TraceFormatError, SeveralRunsError, OutputError))
 
 
 def _label(path: str, run: str | None) -> str:
@@ -147,11 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "analyze":
-        return _analyze(args)
+        return _run(_analyze, args)
     if args.command == "report":
-        return _report(args)
+        return _run(_report, args)
     if args.command == "compare":
-        return _compare(args)
+        return _run(_compare, args)
     parser.print_help()
     return 0
 

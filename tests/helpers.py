@@ -14,7 +14,7 @@ class TinyModel(BoringModel):
         return DataLoader(RandomDataset(32, 8), batch_size=2)
 
 
-def fit(profiler, tmp_path, max_steps=30, accelerator="cpu", **trainer_kwargs):
+def fit(profiler, tmp_path, max_steps=30, accelerator="cpu", model=None, **trainer_kwargs):
     trainer_kwargs.setdefault("limit_val_batches", 0)
     trainer_kwargs.setdefault("logger", False)
     trainer = L.Trainer(
@@ -29,7 +29,7 @@ def fit(profiler, tmp_path, max_steps=30, accelerator="cpu", **trainer_kwargs):
 
         **trainer_kwargs,
     )
-    trainer.fit(TinyModel())
+    trainer.fit(model if model is not None else TinyModel())
     return trainer
 
 

@@ -12,7 +12,7 @@ from lightning_streamprof.api import SeveralRunsError, analyze, analyze_runs
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "traces")
 CONTRACT_CATEGORIES = {"kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other"}
 CONTRACT_KEYS = {"run", "runs", "traces", "gpu", "steps", "kernels", "operators", "memory", "tensor_cores",
-                 "recommendations", "source_lines", "host", "syncs", "pipeline", "distributed"}
+                 "recommendations", "source_lines", "host", "syncs", "pipeline", "distributed", "warnings"}
 
 
 def streamprof(*args):
@@ -156,3 +156,41 @@ def test_bad_input_is_one_line_and_nonzero_exit(tmp_path, content):
 def test_missing_path():
     out = streamprof("analyze", "/nonexistent/trace.json")
     assert out.returncode == 2 and "no such file" in out.stderr
+
+
+@pytest.mark.parametrize("command", [["report", "{bad}", "-o", "{out}"], ["compare", "{bad}", "{good}"],
+                                     ["compare", "{good}", "{bad}"]])
+def test_report_and_compare_bad_input_is_one_line_and_exit_2(tmp_path, command):
+    bad = tmp_path / "bad.pt.trace.json"
+    bad.write_bytes(b"{not json")
+    good = os.path.join(FIXTURES, "frozen_backbone.pt.trace.json.gz")
+    out = tmp_path / "report.html"
+    args = [a.format(bad=bad, good=good, out=out) for a in command]
+    done = streamprof(*args)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("streamprof: error: ") and str(bad) in lines[0]
+    assert not out.exists()
+
+
+def test_report_to_an_unwritable_place_is_one_line_and_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    target = blocker / "report.html"
+    done = streamprof("report", os.path.join(FIXTURES, "frozen_backbone.pt.trace.json.gz"), "-o", str(target))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"streamprof: error: {target}: cannot write")
+
+
+def test_report_and_compare_warn_about_skipped_traces(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank0.pt.trace.json.gz").write_bytes(open(os.path.join(FIXTURES, "frozen_backbone.pt.trace.json.gz"),
+                                                      "rb").read())
+    (run / "rank1.pt.trace.json.gz").write_bytes(b"\x1f\x8b broken")
+    done = streamprof("report", str(run), "-o", str(tmp_path / "r.html"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("streamprof: warning: ") == 1 and "rank1.pt.trace.json.gz: skipped" in done.stderr
+    done = streamprof("compare", str(run), os.path.join(FIXTURES, "frozen_backbone.pt.trace.json.gz"))
+    assert done.returncode == 0 and done.stderr.count("streamprof: warning: ") == 1

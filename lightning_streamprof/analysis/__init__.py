@@ -23,13 +23,19 @@ from lightning_streamprof.analysis.steps import step_breakdown
 import msgspec
 
 from lightning_streamprof.results import DistributedStats, RankWindow, Result, TraceIdentity, merge
-from lightning_streamprof.trace.table import EventTable
+from lightning_streamprof.results.checks import violations
+from lightning_streamprof.trace.table import EventTable, TraceFormatError
 
 __all__ = ["TraceContext", "analyze_table", "combine"]
 
 
 def analyze_table(table: EventTable, identity: TraceIdentity | None = None) -> Result:
-    """Run every analysis on one trace (``identity`` defaults to the table's source alone)."""
+    """Run every analysis on one trace (``identity`` defaults to the table's source alone).
+
+    The result always satisfies :func:`lightning_streamprof.results.checks.violations` (step parts sum to the
+    step, fractions in 0..1, nothing negative, every number fits JSON); a trace whose numbers cannot make such
+    a result raises :class:`~lightning_streamprof.trace.TraceFormatError`.
+    """
     identity = identity or TraceIdentity(path=table.source)
     ctx = TraceContext(table)
     steps = step_breakdown(ctx, identity)
@@ -49,8 +55,13 @@ def analyze_table(table: EventTable, identity: TraceIdentity | None = None) -> R
         recommendations=[],
         distributed=distributed_of([rank_window(ctx, identity, steps)], keep=True) if is_distributed(ctx, identity)
         else None,
+        warnings=[f"{table.source}: {w}" for w in table.warnings],
     )
-    return with_recommendations(result)
+    result = with_recommendations(result)
+    problems = violations(result)
+    if problems:
+        raise TraceFormatError(table.source, f"inconsistent values ({problems[0]})")
+    return result
 
 
 def distributed_of(summaries: Sequence[RankWindow], keep: bool = False) -> DistributedStats | None:

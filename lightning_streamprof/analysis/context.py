@@ -120,7 +120,7 @@ class TraceContext:
         """Per operator: its duration less its child operators' and its own CUDA runtime calls' (torch's self
         time, as torch-tb-profiler computes it)."""
         runtime_ns = self._per_op(self.runtime, self.launching_ops(self.runtime), self.table.dur[self.runtime])
-        return self.op_nesting.self_lengths() - runtime_ns
+        return np.maximum(self.op_nesting.self_lengths() - runtime_ns, 0)  # calls outside their operator: 0
 
     @cached_property
     def op_device_self(self) -> np.ndarray:

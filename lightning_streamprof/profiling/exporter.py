@@ -1,26 +1,58 @@
-"""Background export of finished windows: gzip (isal), write through a temporary name, analyse."""
+"""Background export of finished windows: analyse, add the GPU utilization counter track, gzip (isal), write
+through a temporary name.
+
+Two daemon threads: one has each trace analysed in the worker process, one writes each trace to its target.
+A trace that recorded device work is written once its analysis is done, so that it carries the GPU
+utilization as a counter track; the write waits for that analysis at most ``timeout`` seconds (then the trace
+is written without the track, and the analysis still reaches the results when it ends). A trace without
+device work gets no track and is written at once, so a slow analysis delays no write. Every wait is bounded,
+nothing waits in ``__del__``, and a pending export never keeps the process alive: at exit it gets ``timeout``
+seconds, then its temporary files are removed. Problems are collected as messages for the training thread to
+warn about; the training run never sees an exception from here.
+"""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
-import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+import threading
+import weakref
+from collections import deque
+from dataclasses import dataclass, field, replace
 
 from isal import igzip
 
 from lightning_streamprof.profiling.counters import add_counters, utilization_counters
+from lightning_streamprof.profiling.deadline import DeadlineExceeded, call_with_deadline
+from lightning_streamprof.profiling.problems import Problems
 from lightning_streamprof.profiling.storage import ensure_dir, write_atomic
 from lightning_streamprof.profiling.worker import AnalysisError, AnalysisWorker
+from lightning_streamprof.report.metrics import headline_metrics
 from lightning_streamprof.results import Result, TraceIdentity
 
 log = logging.getLogger(__name__)
 
+#: windows listed by :attr:`TraceExporter.results` (the latest); older ones are only counted
+KEEP_WINDOWS = 64
+#: windows whose full analysis is kept (the latest); older ones keep their headline metrics
+KEEP_ANALYSES = 3
+#: windows handed over but not yet written; a new window is not recorded while this many wait
+MAX_BACKLOG = 2
+#: windows waiting for their analysis to start; with one more the oldest is not analysed (bounds the
+#: temporary files)
+MAX_PENDING_ANALYSES = 4
+#: consecutive store time-outs after which no further window is recorded
+MAX_STORE_TIMEOUTS = 2
+#: categories of device work in a Kineto trace (as Kineto writes them, with and without a space): a trace
+#: holding none gets no counter track, so its write need not wait for its analysis
+_DEVICE_WORK = (b'"cat": "kernel"', b'"cat":"kernel"', b'"cat": "gpu_', b'"cat":"gpu_')
+
 
 @dataclass(frozen=True)
 class WindowResult:
-    """One exported window: which steps it recorded and where its trace is."""
+    """One exported window: which steps it recorded, where its trace is, and its headline metrics (the full
+    ``analysis`` is kept for the latest windows only)."""
 
     window: int
     first_step: int
@@ -29,78 +61,292 @@ class WindowResult:
     size_bytes: int
     global_step: int = 0
     analysis: Result | None = None
+    metrics: dict[str, float] | None = None
+
+
+@dataclass(eq=False)
+class _Job:
+    """One handed-over window; the fields after ``global_step`` change under the exporter's condition."""
+
+    local: str
+    identity: TraceIdentity
+    steps: tuple[int, int]
+    global_step: int
+    written: bool = False  # the write is over (done, failed or abandoned)
+    analysed: bool = False  # nothing more comes from the analysis (done, failed, not wanted, dropped, abandoned)
+    ok: bool = False  # the trace is at its target and listed in ``results``
+    abandoned: bool = False  # given up by finish(): its thread's outcome is dropped
+    analysis: Result | None = None
+    metrics: dict[str, float] | None = field(default=None, repr=False)
 
 
 class TraceExporter:
-    """A single worker thread that turns locally saved Kineto traces into gzipped files at their target.
+    """Has locally saved Kineto traces analysed and writes them as gzipped files at their target.
 
-    It only compresses and writes (isal and file I/O release the GIL); the analysis runs in a worker
-    process (:mod:`lightning_streamprof.profiling.worker`), so the training thread keeps running. The analysis
-    comes first, so that the written trace carries the GPU utilization as a counter track. Analysed
-    windows are also appended to ``ready`` for the training thread to log. Every failure is a warning:
-    the training run never sees an exception from here.
+    ``results`` lists the latest :data:`KEEP_WINDOWS` written windows, ``written`` counts them all; analysed
+    windows are also appended to ``ready`` for the training thread to log.
     """
 
-    def __init__(self, compress_level: int = 2, analyze: bool = True) -> None:
+    def __init__(self, compress_level: int = 2, analyze: bool = True, timeout: float = 30.0) -> None:
         self.compress_level = compress_level
-        self.results: list[WindowResult] = []
+        self.timeout = timeout
+        self.results: deque[WindowResult] = deque(maxlen=KEEP_WINDOWS)
         self.ready: list[WindowResult] = []
+        self.written = 0
+        self.problems = Problems()
         self._worker = AnalysisWorker() if analyze else None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamprof-export")
-        self._pending: list[Future] = []
+        self._cond = threading.Condition()
+        self._writes: deque[_Job] = deque()
+        self._analyses: deque[_Job] = deque()
+        self._jobs: list[_Job] = []  # handed over and not finished (written and analysed)
+        self._store_timeouts = 0
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        atexit.register(_finish_at_exit, weakref.ref(self))
 
+    # ------------------------------------------------------------------ training thread
     def check_writable(self, directory: str) -> bool:
+        """Whether ``directory`` can be created, within ``timeout`` seconds (else a problem is noted)."""
         try:
-            ensure_dir(directory)
+            call_with_deadline(lambda: ensure_dir(directory), self.timeout, f"the trace directory {directory}")
             return True
         except Exception as err:  # noqa: BLE001
-            warnings.warn(f"StreamProfiler: cannot write traces to {directory}: {err}", stacklevel=3)
+            self.problems.add("setup", f"cannot write traces to {directory}: {_reason(err)}; no window is recorded")
             return False
+
+    @property
+    def accepting(self) -> bool:
+        """Whether a new window may be recorded: the store answers and the backlog is short."""
+        with self._cond:
+            return self._store_timeouts < MAX_STORE_TIMEOUTS and len(self._writes) < MAX_BACKLOG
+
+    def skip(self, local_path: str) -> None:
+        """Leave a recorded window unwritten (its temporary file removed) because the exporter is not
+        :attr:`accepting`: a multi-rank run records the same windows on every rank, so its recorder skips a
+        window here, after recording it, rather than before."""
+        _remove(local_path)
+        self.problems.add("skipped", "a window was skipped: earlier traces are still being written")
 
     def submit(self, local_path: str, identity: TraceIdentity, *, steps: tuple[int, int], global_step: int = 0) -> None:
         """Export the trace saved at ``local_path`` to ``identity.path`` (the window's recorded ``steps``:
         first, past-the-end)."""
-        self._pending.append(self._pool.submit(self._export, local_path, identity, steps, global_step))
+        with self._cond:
+            if self._closed:
+                _remove(local_path)
+                return
+            self._start_threads()
+            job = _Job(local_path, identity, steps, global_step, analysed=self._worker is None)
+            dropped = None
+            if self._worker is not None:
+                if len(self._analyses) >= MAX_PENDING_ANALYSES:
+                    dropped = self._analyses.popleft()
+                    dropped.analysed = True
+                self._analyses.append(job)
+            self._writes.append(job)
+            self._jobs.append(job)
+            self._cond.notify_all()
+        if dropped is not None:
+            self.problems.add("analysis-behind", "analysis fell behind training; a window was not analysed")
+            self._settle(dropped)
 
-    def wait(self) -> None:
-        pending, self._pending = self._pending, []
-        for future in pending:
-            future.result()
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until every handed-over window is written and analysed; False if ``timeout`` passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._jobs, timeout)
 
-    def close(self) -> None:
-        self.wait()
+    def finish(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds; windows still pending then are abandoned (their temporary files
+        removed, a problem noted). True when nothing was abandoned."""
+        if self.wait(timeout):
+            return True
+        with self._cond:
+            pending, self._jobs = self._jobs, []
+            self._writes.clear()
+            self._analyses.clear()
+            unwritten = sum(1 for j in pending if not j.written)
+            unanalysed = sum(1 for j in pending if j.written and not j.analysed)
+            for job in pending:
+                job.abandoned = job.written = job.analysed = True
+            idle = self._closed
+            self._cond.notify_all()
+        for job in pending:
+            _remove(job.local)
+        if unwritten:
+            self.problems.add("abandoned", f"{unwritten} window(s) not written within {timeout:g} s; abandoned")
+        if unanalysed:
+            self.problems.add("unanalysed", f"analysis of {unanalysed} window(s) not finished within {timeout:g} s")
+        if idle and self._worker is not None:
+            self._worker.close(wait=False)
+        return False
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish (bounded by ``timeout``) and stop the threads and the analysis worker."""
+        self.finish(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
         if self._worker is not None:
-            self._worker.close()
+            self._worker.close(wait=bool(timeout))
 
-    def _export(self, local_path: str, identity: TraceIdentity, steps: tuple[int, int], global_step: int) -> None:
-        target, window = identity.path, identity.window or 0
-        try:
-            with open(local_path, "rb") as f:
-                raw = f.read()
-        except OSError as err:
-            warnings.warn(f"StreamProfiler: could not read the trace of window {window}: {err}", stacklevel=2)
-            _remove(local_path)
+    def release(self) -> None:
+        """Accept no more windows; what is pending finishes in the background, then the worker stops. Never
+        waits (for ``__del__``)."""
+        with self._cond:
+            self._closed = True
+            idle = not self._jobs
+            self._cond.notify_all()
+        if idle and self._worker is not None:
+            self._worker.close(wait=False)
+
+    # ------------------------------------------------------------------ threads
+    def _start_threads(self) -> None:
+        if self._threads:
             return
-        analysis = None
+        loops = [("write", self._write_loop)]
         if self._worker is not None:
+            loops.append(("analyse", self._analysis_loop))
+        for name, loop in loops:
+            thread = threading.Thread(target=loop, name=f"streamprof-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _take(self, queue: deque[_Job]) -> _Job | None:
+        """The next job of ``queue``; None once closed with nothing left to do."""
+        with self._cond:
+            self._cond.wait_for(lambda: queue or (self._closed and not self._jobs))
+            return queue.popleft() if queue else None
+
+    def _settle(self, job: _Job) -> None:
+        """Once ``job`` is written and analysed: it is finished and its temporary file goes (the worker stops
+        when the exporter is closed and idle)."""
+        with self._cond:
+            if not (job.written and job.analysed) or job not in self._jobs:
+                return
+            _remove(job.local)  # before a waiter sees the window finished
+            self._jobs.remove(job)
+            idle = self._closed and not self._jobs
+            self._cond.notify_all()
+        if idle and self._worker is not None:
+            self._worker.close(wait=False)
+
+    def _write_loop(self) -> None:
+        while (job := self._take(self._writes)) is not None:
             try:
-                analysis = self._worker.analyze(local_path, identity)
-            except AnalysisError as err:
-                warnings.warn(f"StreamProfiler: could not analyse window {window}: {err}", stacklevel=2)
-        _remove(local_path)
+                self._write(job)
+            except BaseException as err:  # noqa: BLE001 - a thread must not die
+                if not job.abandoned:
+                    self.problems.add("write", f"could not write {job.identity.path}: {_reason(err)}")
+            finally:
+                with self._cond:
+                    job.written = True
+                    if not job.ok and job in self._analyses:  # an unwritten window is not analysed
+                        self._analyses.remove(job)
+                        job.analysed = True
+                self._settle(job)
+
+    def _write(self, job: _Job) -> None:
+        target = job.identity.path
+        with open(job.local, "rb") as f:
+            raw = f.read()
         size = len(raw)
-        if analysis is not None:
-            raw = add_counters(raw, utilization_counters(analysis))
+        if self._worker is not None and any(mark in raw for mark in _DEVICE_WORK):
+            with self._cond:  # the counter track needs this window's analysis
+                if not self._cond.wait_for(lambda: job.analysed or job.abandoned, self.timeout):
+                    log.debug("streamprof: %s written without its counter track (analysis not done in %g s)",
+                              target, self.timeout)
+                analysis = job.analysis
+            if analysis is not None:
+                raw = add_counters(raw, utilization_counters(analysis))
         try:
-            write_atomic(target, igzip.compress(raw, compresslevel=self.compress_level, mtime=0))
-        except Exception as err:  # noqa: BLE001
-            warnings.warn(f"StreamProfiler: could not write {target}: {err}", stacklevel=2)
+            call_with_deadline(
+                lambda: write_atomic(target, igzip.compress(raw, compresslevel=self.compress_level, mtime=0)),
+                self.timeout, f"the trace store ({target})",
+            )
+        except DeadlineExceeded as err:
+            with self._cond:
+                self._store_timeouts += 1
+            self.problems.add("store-timeout", f"window {job.identity.window} not written: {err}")
             return
-        result = WindowResult(window, steps[0], steps[1] - 1, target, size, global_step, analysis)
-        self.results.append(result)
-        if analysis is not None:
-            self.ready.append(result)
+        except Exception as err:  # noqa: BLE001
+            self.problems.add("write", f"could not write {target}: {_reason(err)}")
+            return
+        with self._cond:
+            self._store_timeouts = 0
+            self.written += 1
+            job.ok = True
+            self._listed(WindowResult(job.identity.window or 0, job.steps[0], job.steps[1] - 1, target, size,
+                                      job.global_step, job.analysis, job.metrics))
         log.debug("streamprof: wrote %s (%d bytes)", target, size)
+
+    def _analysis_loop(self) -> None:
+        while (job := self._take(self._analyses)) is not None:
+            analysis, metrics = None, None
+            try:
+                analysis, metrics = self._analyse(job)
+            except BaseException as err:  # noqa: BLE001 - a thread must not die
+                if not job.abandoned:
+                    self.problems.add("analysis", f"could not analyse window {job.identity.window}: {_reason(err)}")
+            finally:
+                with self._cond:
+                    if not job.abandoned:
+                        job.analysis, job.metrics, job.analysed = analysis, metrics, True
+                        if job.ok and analysis is not None:  # written before its analysis ended
+                            self._attach(job)
+                    self._cond.notify_all()
+                self._settle(job)
+
+    def _analyse(self, job: _Job) -> tuple[Result | None, dict[str, float] | None]:
+        assert self._worker is not None
+        try:
+            analysis = self._worker.analyze(job.local, job.identity)
+        except AnalysisError as err:
+            if not job.abandoned:
+                self.problems.add("analysis", f"could not analyse window {job.identity.window}: {err}")
+            return None, None
+        for problem in analysis.warnings:
+            self.problems.add("trace", problem)
+        return analysis, headline_metrics(analysis)
+
+    # ------------------------------------------------------------------ results (under the condition)
+    def _listed(self, result: WindowResult) -> None:
+        """A written window joins ``results`` (and ``ready`` when analysed)."""
+        self.results.append(result)
+        if result.analysis is not None:
+            self.ready.append(result)
+            self._keep_latest_analyses()
+
+    def _attach(self, job: _Job) -> None:
+        """The analysis of a window written before it ended joins that window's entry of ``results``."""
+        for i in range(len(self.results) - 1, -1, -1):
+            if self.results[i].path == job.identity.path:
+                res = self.results[i] = replace(self.results[i], analysis=job.analysis, metrics=job.metrics)
+                self.ready.append(res)
+                break
+        self._keep_latest_analyses()
+
+    def _keep_latest_analyses(self) -> None:
+        """Only the latest :data:`KEEP_ANALYSES` analysed windows keep their full analysis."""
+        kept = 0
+        for i in range(len(self.results) - 1, -1, -1):
+            res = self.results[i]
+            if res.analysis is None:
+                continue
+            kept += 1
+            if kept > KEEP_ANALYSES:
+                self.results[i] = replace(res, analysis=None)
+
+
+def _finish_at_exit(ref: weakref.ref) -> None:
+    """At interpreter exit: pending exports get the exporter's timeout, then their temporary files go."""
+    exporter = ref()
+    if exporter is not None:
+        exporter.close(exporter.timeout)
+
+
+def _reason(err: BaseException) -> str:
+    from lightning_streamprof.errors import describe
+
+    return describe(err)
 
 
 def _remove(path: str) -> None:

@@ -7,10 +7,11 @@ budget (:mod:`.schedule`), the Kineto session (:mod:`.session`), the export and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -40,6 +41,8 @@ _STEP_ACTIONS = {
 _COST_TAIL_STEPS = 2
 #: TensorBoard text tag of each window's markdown summary
 _TEXT_TAG = "streamprof/summary"
+#: windows (and distributed windows) the summary shows: the latest, so that it stays short in a long run
+_SUMMARY_WINDOWS = 3
 
 
 @runtime_checkable
@@ -123,6 +126,12 @@ class StreamProfiler(Profiler):
         gather_after: Steps after a window at which the ranks' summaries are gathered; ``None``: at the next
             window's first recorded step (or the end of the stage).
         gather_timeout: Seconds rank 0 waits for the other ranks at a gather (then warns and goes on).
+        timeout: Seconds the profiler waits at most: for the trace directory at setup, for each trace write,
+            and for pending exports at the end of a stage or at exit (then they are abandoned, with a warning).
+
+    Faults never stop training: an exception (or Ctrl+C) inside a window writes the window, cut short,
+    before the exception goes on; a trace directory that cannot be written, fills up or stops answering, and
+    an analysis that fails, are warnings; nothing waits in ``__del__`` and no temporary file is left behind.
 
     Raises:
         ValueError: At construction, for a schedule that cannot work (e.g. ``active=0``).
@@ -156,12 +165,15 @@ class StreamProfiler(Profiler):
         straggler_threshold: float = 0.75,
         gather_after: int | None = None,
         gather_timeout: float = 30.0,
+        timeout: float = 60.0,
     ) -> None:
         super().__init__(dirpath=dirpath, filename=filename)
         if every is None and max_overhead is None:
             raise ValueError("StreamProfiler: `every=None` places windows by `max_overhead`; give one of them")
         if max_overhead is not None and not 0 < max_overhead < 1:
             raise ValueError(f"StreamProfiler: `max_overhead` must be in (0, 1), got {max_overhead}")
+        if not timeout > 0:
+            raise ValueError(f"StreamProfiler: `timeout` must be > 0 seconds, got {timeout}")
         if not 0 <= compress_level <= 3:
             raise ValueError(f"StreamProfiler: `compress_level` must be in 0..3 (ISA-L levels), got {compress_level}")
         grid = warmup + active + _COST_TAIL_STEPS if every is None else every
@@ -178,8 +190,10 @@ class StreamProfiler(Profiler):
         self.gather_after = gather_after
         self.gather_timeout = gather_timeout
         self._aggregator: Any = None
+        self.timeout = timeout
         self._user_dirpath = dirpath
         self._exporter: TraceExporter | None = None
+        self._last_exporter: TraceExporter | None = None  # the closed stage's, for `windows` and `summary`
         self._recorder: WindowRecorder | None = None
         self._step_suffix = "\0never"
         self._global_rank = 0
@@ -187,6 +201,7 @@ class StreamProfiler(Profiler):
         self._reported: str | None = None
         self._report_path: str | None = None
         self._run: RunResults | None = None
+        self._seen_exception = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -208,9 +223,14 @@ class StreamProfiler(Profiler):
             stamp = trainer.strategy.broadcast(stamp)
         run_name = f"{stage}-{stamp}"
         if self._exporter is None:
-            self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze)
+            self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze,
+                                           timeout=self.timeout)
         run_dir = join_path(str(base), run_name)
-        self._exporter.check_writable(run_dir)
+        self._recorder = None
+        self._aggregator = None
+        if not self._exporter.check_writable(run_dir):
+            self._warn_problems()
+            return
         self._aggregator = self._new_aggregator(run_name, rank, world_size)
         agg = self._aggregator
         self._recorder = WindowRecorder(
@@ -259,46 +279,97 @@ class StreamProfiler(Profiler):
     @override
     def teardown(self, stage: str | None) -> None:
         self._finish()
-        if getattr(self, "_exporter", None) is not None:
-            self._exporter.close()  # stops the analysis worker; a later stage starts a new one
+        exporter = getattr(self, "_exporter", None)
+        if exporter is not None:
+            self._exporter, self._last_exporter = None, exporter
+            exporter.close(self.timeout)  # stops the analysis worker; a later stage starts a new one
+            self._warn_problems(exporter)
         super().teardown(stage)
 
-    def _finish(self) -> None:
-        """Close the open step, export a partly recorded window, wait for pending exports, log them."""
+    def __del__(self) -> None:
+        """Nothing here waits: a window still open is handed to the exporter, which finishes it in the background
+        (at exit it gets ``timeout`` seconds); the analysis worker is told to stop."""
+        with contextlib.suppress(Exception):
+            self._end_open_window()
+            exporter = getattr(self, "_exporter", None)
+            if exporter is not None:
+                exporter.release()
+            super().teardown(getattr(self, "_stage", None))
+
+    @override
+    @contextlib.contextmanager
+    def profile(self, action_name: str) -> Generator:
+        """Lightning's action scope; an exception leaving it writes the open window first (cut short)."""
+        try:
+            self.start(action_name)
+            yield action_name
+        except BaseException as err:
+            self._on_exception(err)
+            raise
+        finally:
+            self.stop(action_name)
+
+    def _on_exception(self, err: BaseException) -> None:
+        """An exception (or Ctrl+C) leaves an action: the run may be ending, so the open window is written now.
+        A ``StopIteration`` (the end of an epoch's data) is not a fault."""
+        if isinstance(err, StopIteration) or id(err) == self._seen_exception:
+            return
+        self._seen_exception = id(err)
+        self._end_open_window()
+
+    def _end_open_window(self) -> None:
+        """Close the open step and hand a partly recorded window to the exporter."""
         recorder = getattr(self, "_recorder", None)
         if recorder is not None and recorder.active:
             self._guarded(recorder.close_step)
             if recorder.active:
                 self._guarded(recorder.end_window)
-        if getattr(self, "_exporter", None) is not None:
-            self._exporter.wait()
-            if self._exporter.ready:
-                self._log_ready(save=True)
+
+    def _finish(self) -> None:
+        """Close the open step, export a partly recorded window, wait (bounded) for pending exports, log them,
+        gather the ranks' last windows and write the run's report."""
+        self._end_open_window()
+        exporter = getattr(self, "_exporter", None)
+        if exporter is not None:
+            exporter.finish(self.timeout)
+            self._log_ready(save=True)
         if getattr(self, "_aggregator", None) is not None:
             self._aggregator.finish()
             self._log_metrics({}, self._global_step(), save=True)
-        if getattr(self, "_exporter", None) is not None:
+        if exporter is not None:
             self._write_report()
 
     def _write_report(self) -> None:
-        """Once per stage, on global rank 0: the run's HTML report (and StreamPipeline's report) beside the traces."""
+        """Once per stage, on global rank 0: the run's HTML report (and StreamPipeline's report) beside the traces.
+        It holds the windows whose analysis is kept (the latest few of a long run; a note says how to read all)."""
         recorder = getattr(self, "_recorder", None)
-        if recorder is None or self._exporter is None or self._global_rank != 0 or self._reported == recorder.run_dir:
+        exporter = self._exporter
+        if recorder is None or exporter is None or self._global_rank != 0 or self._reported == recorder.run_dir:
             return
-        run = run_results(self._exporter.results, recorder.run_name)
+        run = run_results(exporter.results, recorder.run_name)
         if run is None:
             return
         self._reported = recorder.run_dir
         text = "\n".join(cb.report() for cb in self._staging_callbacks())
-        self._report_path = write_run_files(recorder.run_dir, run, pipeline_text=text or None,
-                                            notes=moved_notes(recorder.moves, self._exporter.results),
+        notes = moved_notes(recorder.moves, exporter.results)
+        if len(run.windows) < exporter.written:
+            notes.append(f"This report holds the last {len(run.windows)} analysed of the {exporter.written} windows "
+                         f"written; `streamprof report {recorder.run_dir}` reads them all.")
+        self._report_path = write_run_files(recorder.run_dir, run, pipeline_text=text or None, notes=notes,
                                             world_size=recorder.world_size)
         self._run = run
+
+    def _warn_problems(self, exporter: TraceExporter | None = None) -> None:
+        """Warn (on the training thread) about what went wrong in the background: the first of each kind."""
+        exporter = exporter or self._exporter
+        for message in exporter.problems.drain() if exporter is not None else []:
+            warnings.warn(f"StreamProfiler: {message}; training goes on", stacklevel=3)
 
     def _log_ready(self, save: bool = False) -> None:
         """Log analysed windows through the Trainer's loggers (on the training thread)."""
         exporter = self._exporter
         assert exporter is not None
+        self._warn_problems(exporter)
         ready, exporter.ready = exporter.ready, []
         moves = self._recorder.moves if self._recorder is not None else {}
         for result in ready:
@@ -309,7 +380,8 @@ class StreamProfiler(Profiler):
             text = window_markdown(result.analysis, result.window, result.first_step, result.last_step,
                                    moved=moved_note(result.window, result.first_step, moves.get(result.window)),
                                    path=result.path)
-            self._log_metrics(headline_metrics(result.analysis), result.global_step, save, text=text)
+            metrics = result.metrics if result.metrics is not None else headline_metrics(result.analysis)
+            self._log_metrics(metrics, result.global_step, save, text=text)
 
     def _log_metrics(self, metrics: dict[str, float], step: int, save: bool = False, text: str | None = None) -> None:
         """Log through the Trainer's loggers (and ``text`` as TensorBoard markdown on rank 0); a logger's failure
@@ -334,7 +406,7 @@ class StreamProfiler(Profiler):
         if recorder is None:
             return
         if action_name.endswith(self._step_suffix):
-            if self._exporter is not None and self._exporter.ready:
+            if self._exporter is not None and (self._exporter.ready or self._exporter.problems.pending):
                 self._log_ready()
             if self._aggregator is not None:
                 self._aggregator.at_step(recorder.next_step)
@@ -375,11 +447,13 @@ class StreamProfiler(Profiler):
 
     @property
     def windows(self) -> list[WindowResult]:
-        """Exported windows so far (waits for pending exports)."""
-        if self._exporter is None:
+        """The latest exported windows (waits, up to ``timeout``, for pending exports); the full analysis is
+        kept for the last few, headline ``metrics`` for all."""
+        exporter = self._exporter or self._last_exporter
+        if exporter is None:
             return []
-        self._exporter.wait()
-        return self._exporter.results
+        exporter.wait(self.timeout)
+        return list(exporter.results)
 
     @property
     def distributed(self) -> list[Any]:
@@ -393,21 +467,27 @@ class StreamProfiler(Profiler):
 
     @override
     def summary(self) -> str:
+        """The last windows' headline numbers and top operators (a few lines however many windows ran), and
+        what went wrong."""
         results = self.windows
+        exporter = self._exporter or self._last_exporter
+        problems = [f"StreamProfiler: {line}" for line in exporter.problems.lines()] if exporter is not None else []
+        reports = [cb.report() for cb in self._staging_callbacks()]
         if not results:
-            reports = [cb.report() for cb in self._staging_callbacks()]
-            return "\n".join(["StreamProfiler: no window was recorded.", *reports])
+            return "\n".join(["StreamProfiler: no window was recorded.", *problems, *reports])
         recorder = self._recorder
-        footer = [cb.report() for cb in self._staging_callbacks()]
+        footer = [*problems]
         if self.distributed:
             from lightning_streamprof.report.text import render_distributed
 
-            footer = [render_distributed(d, top=self.row_limit) for d in self.distributed] + footer
+            footer += [render_distributed(d, top=self.row_limit) for d in self.distributed[-_SUMMARY_WINDOWS:]]
+        footer += reports
         if recorder is not None:
             footer += next_commands(recorder.run_dir, self._report_path, self._log_dirs())
+        total = exporter.written if exporter is not None else len(results)
         return render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds,
-                              row_limit=self.row_limit, run=self._run, moves=recorder.moves if recorder else None,
-                              footer=footer)
+                              row_limit=self.row_limit, total=total, shown=_SUMMARY_WINDOWS, run=self._run,
+                              moves=recorder.moves if recorder else None, footer=footer)
 
     def _log_dirs(self) -> list[str]:
         """The directories of the Trainer's TensorBoard loggers (for ``tensorboard --logdir``)."""

@@ -146,6 +146,12 @@ class WindowRecorder:
             return
         phase = window.phase(step)
         if phase is not Phase.IDLE and self._session is None and step in (window.warmup_start, window.start):
+            # earlier windows are still being written, or the store is gone: skip this one. Not in a multi-rank
+            # run, whose windows are placed alike on every rank: there the window is recorded and left unwritten
+            if self._agree is None and not self.exporter.accepting:
+                self.exporter.problems.add("skipped", "a window was skipped: earlier traces are still being written")
+                self._place_next(current=step + 1)
+                return
             self.watching = True
             self.budget.begin_window()
         if phase is Phase.WARMUP and self._session is None:
@@ -183,7 +189,10 @@ class WindowRecorder:
                 host=socket.gethostname(),
             )
             steps = (first, self.offset + min(window.stop, self._next_step))
-            self.exporter.submit(local, identity, steps=steps, global_step=self._global_step())
+            if self._agree is not None and not self.exporter.accepting:
+                self.exporter.skip(local)
+            else:
+                self.exporter.submit(local, identity, steps=steps, global_step=self._global_step())
         else:  # the run ended during warm-up: nothing was recorded
             session.release()
         self._windows_done += 1

@@ -3,6 +3,7 @@ stopped and saved to a local file by Kineto's own writer."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,10 @@ import torch
 log = logging.getLogger(__name__)
 
 Activity = Literal["cpu", "cuda"]
+
+
+class ExportError(RuntimeError):
+    """Kineto wrote no usable trace (it reports no error itself, e.g. when the temporary directory is full)."""
 
 
 class KinetoSession:
@@ -56,15 +61,19 @@ class KinetoSession:
             self._prof.add_metadata_json(key, orjson.dumps(value).decode())
 
     def save(self) -> str:
-        """Stop recording and write the trace to a local temporary file; returns its path."""
+        """Stop recording and write the trace to a local temporary file; returns its path. :class:`ExportError`
+        when Kineto wrote nothing or a cut-off file (the file is removed)."""
         self._prof.stop_trace()
         self.recording = False
         fd, local = tempfile.mkstemp(prefix="streamprof-", suffix=".pt.trace.json")
         os.close(fd)
         try:
             self._prof.export_chrome_trace(local)
+            _check_complete(local)
         except BaseException:
-            os.remove(local)
+            for path in (local, local + ".tmp"):  # Kineto writes through "<name>.tmp"
+                with contextlib.suppress(OSError):
+                    os.remove(path)
             raise
         return local
 
@@ -89,6 +98,17 @@ def quiet_kineto() -> None:
     set. With a GPU its messages are kept (a CUPTI error matters there). Kineto reads the variable when it starts."""
     if not torch.cuda.is_available():
         os.environ.setdefault("KINETO_LOG_LEVEL", _KINETO_SILENT)
+
+
+def _check_complete(path: str) -> None:
+    """:class:`ExportError` unless ``path`` holds a whole JSON document (it ends with ``}``)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(max(0, size - 256))
+        tail = f.read().rstrip()
+    if not tail.endswith(b"}"):
+        what = "an empty trace" if size == 0 else f"a cut-off trace ({size} bytes)"
+        raise ExportError(f"Kineto wrote {what} to {os.path.dirname(path)} (is the temporary directory full?)")
 
 
 def kineto_activities(names: Sequence[Activity] | None) -> list[Any]:

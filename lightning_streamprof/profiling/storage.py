@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
@@ -28,21 +29,22 @@ def ensure_dir(path: str) -> None:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to a temporary name beside ``path``, then rename it into place."""
+    """Write ``data`` to a temporary name beside ``path``, then rename it into place; on any failure the
+    temporary file is removed (best effort) and the error raised."""
     fs, target = filesystem(path)
     parent = target.rsplit("/", 1)[0] if "/" in target else ""
     if parent:
         fs.makedirs(parent, exist_ok=True)
     tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-    with fs.open(tmp, "wb") as f:
-        f.write(data)
     try:
+        with fs.open(tmp, "wb") as f:
+            f.write(data)
         fs.mv(tmp, target)
-    except Exception:
-        try:
-            fs.rm(tmp)
-        finally:
-            raise
+    except BaseException:
+        with contextlib.suppress(Exception):  # a half-written temporary file never stays behind
+            if fs.exists(tmp):
+                fs.rm(tmp)
+        raise
 
 
 def read_bytes(path: str) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from lightning_streamprof.escape import for_terminal
 from lightning_streamprof.report.findings import findings
 from lightning_streamprof.report.tables import OPERATOR_COLUMNS, console, finding_lines, headline_lines, plain, table
 from lightning_streamprof.results import Result, RunResults
@@ -29,23 +30,29 @@ def moved_note(window: int, first_step: int, planned: int | None) -> str | None:
 
 
 def render_windows(
-    windows: Sequence[Window], rank: int = 0, overhead: float | None = None, row_limit: int = 10, *,
+    windows: Sequence[Window], rank: int = 0, overhead: float | None = None, row_limit: int = 10,
+    total: int | None = None, shown: int = 3, *,
     run: RunResults | None = None, moves: Mapping[int, int] | None = None, footer: Sequence[str] = (),
 ) -> str:
-    """One short block per window (steps, trace path on its own line, GPU metrics, step breakdown in ms, top
-    operators), then the recommendations once per kind with each window's evidence (from ``run``), then
-    ``footer`` lines. Plain text, no colour codes, paths never wrapped."""
+    """One short block for each of the last ``shown`` windows (steps, trace path on its own line, GPU metrics,
+    step breakdown in ms, top operators), then the recommendations once per kind with each window's evidence
+    (from ``run``), then ``footer`` lines. ``total`` windows were written in all (the rest are counted, so the
+    text stays short). Plain text, no colour codes, paths never wrapped, trace text escaped."""
     out, buf = console(120)
-    head = f"StreamProfiler: {len(windows)} window(s) on rank {rank}"
+    total = len(windows) if total is None else total
+    head = f"StreamProfiler: {total} window(s) on rank {rank}"
     if overhead is not None:
         head += f", measured profiling cost {overhead:.2f} s"
     plain(out, head)
-    for res in sorted(windows, key=lambda r: r.window):
+    latest = sorted(windows, key=lambda r: r.window)[-shown:]
+    if total > len(latest) and latest:
+        plain(out, f"(the last {len(latest)} shown; `streamprof analyze` on the run's directory reads them all)")
+    for res in latest:
         plain(out, f"window {res.window}: steps {res.first_step}-{res.last_step}")
         note = moved_note(res.window, res.first_step, (moves or {}).get(res.window))
         if note:
             plain(out, f"  {note}")
-        plain(out, f"  {res.path}")
+        plain(out, f"  {for_terminal(res.path)}")
         if res.analysis is None:
             plain(out, "  not analysed")
             continue
@@ -53,14 +60,16 @@ def render_windows(
             plain(out, line)
         if run is None:
             for rec in res.analysis.recommendations:
-                plain(out, f"  -> [{rec.id}] {rec.message}")
+                plain(out, f"  -> [{rec.id}] {for_terminal(rec.message)}")
         rendered = table(None, OPERATOR_COLUMNS, res.analysis.operators, row_limit)
         if rendered is not None:
             out.print(rendered)
     if run is not None:
         lines = finding_lines(findings(run.merged, run.windows))
         if lines:
-            plain(out, "Recommendations (all windows):")
+            analysed = len(run.windows)
+            plain(out, "Recommendations (all windows):" if analysed >= total else
+                  f"Recommendations (the last {analysed} analysed windows):")
             for line in lines:
                 plain(out, line)
     for line in footer:

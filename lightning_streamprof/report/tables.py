@@ -12,7 +12,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from lightning_streamprof.escape import for_terminal
 from lightning_streamprof.report.findings import Finding, evidence_text
 from lightning_streamprof.results import Result
 
@@ -35,8 +37,9 @@ def console(width: int) -> tuple[Console, io.StringIO]:
 
 
 def plain(out: Console, text: str) -> None:
-    """Print ``text`` as it is: no markup, no highlighting, never wrapped (paths stay whole)."""
-    out.print(text, markup=False, highlight=False, soft_wrap=True)
+    """Print ``text`` as it is: no markup, no highlighting, never wrapped (paths stay whole); control characters
+    within each of its lines are written as visible escapes (see :func:`lightning_streamprof.escape.for_terminal`)."""
+    out.print("\n".join(map(for_terminal, text.split("\n"))), markup=False, highlight=False, soft_wrap=True)
 
 
 def table(title: str | None, columns: Sequence[Column], rows: Sequence[Any], top: int) -> Table | None:
@@ -56,11 +59,12 @@ def table(title: str | None, columns: Sequence[Column], rows: Sequence[Any], top
     return out
 
 
-def _cell(value: Any, width: int = NAME_WIDTH) -> str:
+def _cell(value: Any, width: int = NAME_WIDTH) -> Text:
+    """A cell as plain text: names from traces are never read as markup, their control characters escaped."""
     if value is None:
-        return ""
-    text = value if isinstance(value, str) else f"{value:.4g}" if isinstance(value, float) else str(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
+        return Text("")
+    text = for_terminal(value) if isinstance(value, str) else f"{value:.4g}" if isinstance(value, float) else str(value)
+    return Text(text if len(text) <= width else text[: width - 1] + "…")
 
 
 def headline_lines(result: Result) -> list[str]:
@@ -81,11 +85,11 @@ def headline_lines(result: Result) -> list[str]:
 
 
 def finding_lines(found: Sequence[Finding]) -> list[str]:
-    """One line per kind of recommendation, then the evidence of each trace that has it."""
+    """One line per kind of recommendation, then the evidence of each trace that has it (trace text escaped)."""
     lines = []
     for f in found:
-        lines.append(f"  -> [{f.id}] {f.message}")
-        lines += [f"       {label}: {evidence_text(ev)}" for label, ev in f.per_trace]
+        lines.append(f"  -> [{f.id}] {for_terminal(f.message)}")
+        lines += [f"       {for_terminal(label)}: {for_terminal(evidence_text(ev))}" for label, ev in f.per_trace]
     return lines
 
 

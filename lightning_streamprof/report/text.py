@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lightning_streamprof.escape import for_terminal
 from lightning_streamprof.report.findings import findings
 from lightning_streamprof.report.tables import (
     OPERATOR_COLUMNS,
@@ -58,8 +59,8 @@ def render_distributed(stats: DistributedStats, top: int = 10) -> str:
     rendered = table(None, _RANKS, stats.ranks, max(top, len(stats.ranks)) if len(stats.ranks) <= 64 else top)
     if rendered is not None:
         out.print(rendered)
-    out.print(f"  -> {stats.message}" if stats.message else
-              f"  no straggler (every relative score >= {stats.threshold:g})", markup=False, highlight=False)
+    plain(out, f"  -> {for_terminal(stats.message)}" if stats.message else
+          f"  no straggler (every relative score >= {stats.threshold:g})")
     if stats.missing_ranks:
         out.print(f"  missing ranks: {', '.join(map(str, stats.missing_ranks))}", markup=False, highlight=False)
     rendered = table("Communication ops", _COMM_OPS, stats.comm_ops, top)
@@ -74,12 +75,12 @@ def render_analysis(result: Result, top: int = 10, windows: Sequence[WindowResul
     out, buf = console(140)
     traces = result.traces
     head = f"run {result.run}: " if result.run else ""
-    plain(out, head + (f"{len(traces)} traces" if len(traces) != 1 else traces[0].path))
+    plain(out, for_terminal(head + (f"{len(traces)} traces" if len(traces) != 1 else traces[0].path)))
     for line in headline_lines(result):
         plain(out, line)
     for device in result.memory.devices:
         where = f"rank {device.rank} window {device.window} {device.device}" if len(traces) > 1 else device.device
-        plain(out, f"  memory {where}: peak allocated {device.peak_allocated_bytes / 2**20:.1f} MiB")
+        plain(out, f"  memory {for_terminal(where)}: peak allocated {device.peak_allocated_bytes / 2**20:.1f} MiB")
     for line in finding_lines(findings(result, windows)):
         plain(out, line)
     if result.distributed is not None:
@@ -92,6 +93,6 @@ def render_analysis(result: Result, top: int = 10, windows: Sequence[WindowResul
     if result.source_lines:
         plain(out, "Hot source lines (share of operator self time, host self ms, device self ms, line, function)")
         for s in result.source_lines[:top]:
-            plain(out, f"  {pct(s.share):>6}  {ms(s.host_self_ns):>9}  {ms(s.device_self_ns):>9}  {s.location} "
-                       f"({s.function})")
+            plain(out, f"  {pct(s.share):>6}  {ms(s.host_self_ns):>9}  {ms(s.device_self_ns):>9}  "
+                       f"{for_terminal(s.location)} ({for_terminal(s.function)})")
     return buf.getvalue().rstrip()

@@ -146,6 +146,7 @@ def merge(results: Sequence[Result], run: str | None = None) -> Result:
         syncs=_merge_syncs(results),
         pipeline=_merge_pipeline(results),
         recommendations=[],
+        warnings=[w for r in results for w in r.warnings],
     )
 
 

@@ -260,7 +260,8 @@ class Recommendation(_Result):
 
 
 class Result(_Result):
-    """The analysis of one trace, or of several merged (:func:`merge`); ``traces`` says which."""
+    """The analysis of one trace, or of several merged (:func:`merge`); ``traces`` says which. ``warnings``
+    say, one line each naming the file, what the reader ignored and which traces could not be read."""
 
     run: str | None
     traces: list[TraceIdentity]
@@ -277,6 +278,7 @@ class Result(_Result):
     recommendations: list[Recommendation]
     distributed: DistributedStats | None = None
     runs: list[str] = []
+    warnings: list[str] = []
 
 
 class WindowResults(_Result):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from lightning_streamprof.trace import blocks, split
+from lightning_streamprof.trace.checks import OutOfRange
 from lightning_streamprof.trace.columns import ColumnBuilder
-from lightning_streamprof.trace.table import EventTable
+from lightning_streamprof.trace.table import EventTable, TraceFormatError
 
 
 def decompressed(pieces: Iterable[bytes]) -> Iterable[bytes]:
@@ -31,6 +32,10 @@ def read_chunked(pieces: Iterable[bytes], source: str, chunk_size: int = split.C
         splitter.run(builder.add_json)
         metadata = split.metadata(splitter.head, splitter.tail)
     except (OSError, EOFError):
+        raise
+    except OutOfRange as err:
+        raise TraceFormatError(source, str(err)) from None
+    except TraceFormatError:
         raise
     except Exception:
         return None

@@ -11,6 +11,7 @@ import orjson
 
 from lightning_streamprof.names import MEMORY_EVENT
 from lightning_streamprof.trace import collectives
+from lightning_streamprof.trace.checks import checked_ints, checked_ns_array
 from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind
 
 #: stands for an absent ``device``/``stream`` argument (Kineto then means the event's pid/tid)
@@ -69,8 +70,8 @@ class Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: float = _NAN
+    dur: float = _NAN
     pid: int | str | None = -1
     tid: int | str | None = -1
     args: Args = NO_ARGS
@@ -143,8 +144,11 @@ class ColumnBuilder:
         n = len(events)
         cols = {name: np.full(n, fill, dtype) for name, dtype, fill in COLUMNS}
         cols["kind"] = kind
-        cols["ts"] = np.rint(_field(events, "ts", np.float64) * 1000).astype(np.int64)
-        cols["dur"] = np.rint(_field(events, "dur", np.float64) * 1000).astype(np.int64)
+        labels = [ev.name for ev in events]
+        cols["ts"] = checked_ns_array("ts", _field(events, "ts", np.float64), labels)
+        dur = _field(events, "dur", np.float64)
+        instant = np.isnan(dur) & np.fromiter((ev.ph != "X" for ev in events), bool, count=n)
+        cols["dur"] = checked_ns_array("dur", np.where(instant, 0.0, dur), labels)
         int_of = self._int_of.__getitem__
         pid = cols["pid"] = np.fromiter(map(int_of, [ev.pid for ev in events]), dtype=np.int64, count=n)
         tid = cols["tid"] = np.fromiter(map(int_of, [ev.tid for ev in events]), dtype=np.int64, count=n)
@@ -159,9 +163,9 @@ class ColumnBuilder:
         rows = np.flatnonzero(kind == Kind.MEMORY)
         if rows.size:
             sub = [args[i] for i in rows.tolist()]
-            dtype = _field(sub, "device_type", np.int64)
+            dtype = checked_ints("device_type", _field(sub, "device_type", np.int64))
             cols["device_type"][rows] = dtype
-            cols["device"][rows] = np.where(dtype == 1, _field(sub, "device_id", np.int64), -1)
+            cols["device"][rows] = checked_ints("device", np.where(dtype == 1, _field(sub, "device_id", np.int64), -1))
             for col, key in (("bytes", "mem_bytes"), ("total_allocated", "total_allocated"),
                              ("total_reserved", "total_reserved"), ("addr", "addr")):
                 cols[col][rows] = _field(sub, key, np.int64)
@@ -173,7 +177,7 @@ class ColumnBuilder:
             for col, key, default in (("device", "device", pid), ("stream", "stream", tid)):
                 value = _field(sub, key, np.int64)
                 value = np.where(value == _ABSENT, default[rows], value)
-                cols[col][rows] = np.where(has_args, value, -1)
+                cols[col][rows] = checked_ints(col, np.where(has_args, value, -1))
             cols["bytes"][rows] = _field(sub, "bytes", np.int64)
             kernels = np.flatnonzero(kind[rows] == Kind.KERNEL)
             if kernels.size:
@@ -187,7 +191,7 @@ class ColumnBuilder:
                 cols[col] = np.where(python, _field(args, col, np.int64), -1)
 
         dims_at = self._shape_strings(kind, args)
-        cols["name"], shapes = self._intern([ev.name for ev in events], dims_at)
+        cols["name"], shapes = self._intern(labels, dims_at)
         self._collectives(cols["name"], kind, args)
         if shapes:
             cols["shapes"][list(shapes)] = list(shapes.values())

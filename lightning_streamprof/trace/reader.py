@@ -8,15 +8,16 @@ types, broken data) is read again by :func:`parse_document`, which handles any J
 from __future__ import annotations
 
 import gzip
+import math
 import zlib
 from typing import Any
 
-import fsspec
 import numpy as np
 import orjson
 
 from lightning_streamprof.names import MEMORY_EVENT
-from lightning_streamprof.trace import blocks, collectives
+from lightning_streamprof.trace import blocks, collectives, remote
+from lightning_streamprof.trace.checks import OutOfRange, check_metadata, checked_int, checked_ns, clean
 from lightning_streamprof.trace.chunked import read_chunked
 from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind, TraceFormatError
 
@@ -28,8 +29,10 @@ _CATEGORIES = CATEGORIES
 def _as_int(value: Any, default: int = -1) -> int:
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, (int, float)):
-        return int(value)
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else default
+    if isinstance(value, int):
+        return value
     if isinstance(value, str):
         try:
             return int(value)
@@ -39,7 +42,24 @@ def _as_int(value: Any, default: int = -1) -> int:
 
 
 def _as_float(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf
+    return np.nan
+
+
+def _microseconds(value: Any) -> float | None:
+    """A ``ts``/``dur`` value as a number of microseconds (None: missing); ValueError if it is not a number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(value)
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _decompress(raw: bytes, source: str) -> bytes:
@@ -66,8 +86,27 @@ def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
     strings: dict[str, int] = {}
     n = len(events)
     cols = {name: np.full(n, fill, dtype) for name, dtype, fill in COLUMNS}
-    kind, name, ts, dur = cols["kind"], cols["name"], cols["ts"], cols["dur"]
     comm_args: dict[int, collectives.CommArgs] = {}
+    row = 0
+    try:
+        row = _fill(events, cols, strings, comm_args, source)
+    except OutOfRange as err:
+        raise TraceFormatError(source, str(err)) from None
+    metadata = {key: value for key, value in doc.items() if key != "traceEvents"}
+    return EventTable(
+        source=source,
+        names=tuple(strings),
+        metadata=metadata,
+        comm_args=comm_args,
+        **{key: col[:row] for key, col in cols.items()},
+    )
+
+
+def _fill(events: list, cols: dict[str, np.ndarray], strings: dict[str, int],
+          comm_args: dict[int, collectives.CommArgs], source: str) -> int:
+    """Fill ``cols`` (and ``comm_args``) from the event dicts; returns the number of rows (:class:`OutOfRange`
+    for a bad number)."""
+    kind, name, ts, dur = cols["kind"], cols["name"], cols["ts"], cols["dur"]
     row = 0
     for ev in events:
         if not isinstance(ev, dict):
@@ -83,80 +122,97 @@ def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
         if k == Kind.OTHER and not cat and label == MEMORY_EVENT:  # older traces: [memory] events without a cat
             k = Kind.MEMORY
         kind[row] = k
-        name[row] = strings.setdefault(label if isinstance(label, str) else str(label), len(strings))
+        label = label if isinstance(label, str) else str(label)
+        name[row] = strings.setdefault(label, len(strings))
         try:
-            ts[row] = round(float(ev.get("ts", 0)) * 1000)
-            dur[row] = round(float(ev.get("dur", 0)) * 1000)
-        except (TypeError, ValueError):
+            ts_us = _microseconds(ev.get("ts"))
+            dur_us = _microseconds(ev.get("dur", None if ph == "X" else 0))
+        except ValueError:
             raise TraceFormatError(source, f"event {row} has a non-numeric 'ts' or 'dur'") from None
-        cols["pid"][row] = _as_int(ev.get("pid"))
-        cols["tid"][row] = _as_int(ev.get("tid"))
+        ts[row] = checked_ns("ts", ts_us, label)
+        dur[row] = checked_ns("dur", dur_us, label)
+
+        def put(column: str, value: Any, default: int = -1) -> None:
+            cols[column][row] = checked_int(column, _as_int(value, default))
+
+        put("pid", ev.get("pid"))
+        put("tid", ev.get("tid"))
         args = ev.get("args")
         if isinstance(args, dict):
             if "Collective name" in args:
                 comm_args[row] = collectives.from_values(args)
-            elif k in (Kind.USER_ANNOTATION, Kind.CPU_OP) and isinstance(label, str) and collectives.is_gloo_range(label):
+            elif k in (Kind.USER_ANNOTATION, Kind.CPU_OP) and collectives.is_gloo_range(label):
                 found = collectives.gloo_args(args.get("Input Dims"), args.get("Input type"))
                 if found is not None:
                     comm_args[row] = found
-            cols["external_id"][row] = _as_int(args.get("External id", args.get("external id")))
-            cols["correlation"][row] = _as_int(args.get("correlation"))
+            put("external_id", args.get("External id", args.get("external id")))
+            put("correlation", args.get("correlation"))
             if k == Kind.MEMORY:
-                dtype = _as_int(args.get("Device Type"))
+                dtype = checked_int("device_type", _as_int(args.get("Device Type")))
                 cols["device_type"][row] = dtype
-                cols["device"][row] = _as_int(args.get("Device Id")) if dtype == 1 else -1
-                cols["bytes"][row] = _as_int(args.get("Bytes"), 0)
-                cols["total_allocated"][row] = _as_int(args.get("Total Allocated"))
-                cols["total_reserved"][row] = _as_int(args.get("Total Reserved"))
-                cols["addr"][row] = _as_int(args.get("Addr"))
+                put("device", args.get("Device Id") if dtype == 1 else -1)
+                put("bytes", args.get("Bytes"), 0)
+                put("total_allocated", args.get("Total Allocated"))
+                put("total_reserved", args.get("Total Reserved"))
+                put("addr", args.get("Addr"))
             elif k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_USER_ANNOTATION):
-                cols["device"][row] = _as_int(args.get("device"), _as_int(ev.get("pid")))
-                cols["stream"][row] = _as_int(args.get("stream"), _as_int(ev.get("tid")))
-                cols["bytes"][row] = _as_int(args.get("bytes"), 0)
+                put("device", _as_int(args.get("device"), _as_int(ev.get("pid"))))
+                put("stream", _as_int(args.get("stream"), _as_int(ev.get("tid"))))
+                put("bytes", args.get("bytes"), 0)
                 if k == Kind.KERNEL:
                     cols["blocks_per_sm"][row] = _as_float(args.get("blocks per SM"))
                     cols["occupancy"][row] = _as_float(args.get("est. achieved occupancy %")) / 100.0
             elif k == Kind.PYTHON_FUNCTION:
-                cols["python_id"][row] = _as_int(args.get("Python id"))
-                cols["python_parent_id"][row] = _as_int(args.get("Python parent id"))
+                put("python_id", args.get("Python id"))
+                put("python_parent_id", args.get("Python parent id"))
             elif k == Kind.CPU_OP:
                 dims = args.get("Input Dims")
                 if dims is not None:
-                    cols["shapes"][row] = strings.setdefault(orjson.dumps(dims).decode(), len(strings))
+                    cols["shapes"][row] = strings.setdefault(_dims_text(dims), len(strings))
         row += 1
-    metadata = {key: value for key, value in doc.items() if key != "traceEvents"}
-    return EventTable(
-        source=source,
-        names=tuple(strings),
-        metadata=metadata,
-        comm_args=comm_args,
-        **{key: col[:row] for key, col in cols.items()},
-    )
+    return row
+
+
+def _dims_text(dims: Any) -> str:
+    try:
+        return orjson.dumps(dims).decode()
+    except TypeError:  # integers beyond 64 bits
+        return str(dims)
+
+
+def checked(table: EventTable) -> EventTable:
+    """The table with its metadata checked and the values that cannot be true left out (see
+    :mod:`lightning_streamprof.trace.checks`); :class:`TraceFormatError` for a trace with nothing to analyse."""
+    source = table.source
+    try:
+        check_metadata(table.metadata)
+    except OutOfRange as err:
+        raise TraceFormatError(source, str(err)) from None
+    if len(table) == 0:
+        raise TraceFormatError(source, "no events ('traceEvents' holds none)")
+    table = clean(table)
+    if len(table) == 0:
+        raise TraceFormatError(source, f"no usable events ({'; '.join(table.warnings)})")
+    return table
 
 
 def parse_trace(raw: bytes, source: str = "<bytes>") -> EventTable:
-    """Parse the bytes of a Kineto trace (plain or gzipped JSON)."""
-    table = read_chunked(blocks.memory_pieces(raw, blocks.READ_SIZE), source) if raw else None
-    return table if table is not None else parse_document(raw, source)
+    """Parse and check the bytes of a Kineto trace (plain or gzipped JSON)."""
+    if not raw:
+        raise TraceFormatError(source, "empty file")
+    table = read_chunked(blocks.memory_pieces(raw, blocks.READ_SIZE), source)
+    return checked(table if table is not None else parse_document(raw, source))
 
 
 def read_trace(path: str) -> EventTable:
-    """Read a Kineto trace from a local path or fsspec URL (``.json`` or ``.json.gz``)."""
+    """Read and check a Kineto trace from a local path or fsspec URL (``.json`` or ``.json.gz``)."""
     source = str(path)
-    try:
-        with fsspec.open(source, "rb") as f:
-            first = f.read(blocks.READ_SIZE)
-            if not first:
-                raise TraceFormatError(source, "empty file")
-            table = read_chunked(blocks.file_pieces(f.read, first, blocks.READ_SIZE), source)
-        if table is not None:
-            return table
-        with fsspec.open(source, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise TraceFormatError(source, "no such file") from None
-    except OSError as err:
-        raise TraceFormatError(source, f"cannot be read ({err})") from None
-    if not raw:
-        raise TraceFormatError(source, "empty file")
-    return parse_document(raw, source=source)
+    with remote.opened(source) as f:
+        first = f.read(blocks.READ_SIZE)
+        if not first:
+            raise TraceFormatError(source, "empty file")
+        table = read_chunked(blocks.file_pieces(f.read, first, blocks.READ_SIZE), source)
+    if table is None:
+        with remote.opened(source) as f:
+            table = parse_document(f.read(), source=source)
+    return checked(table)

@@ -13,7 +13,9 @@ class TraceFormatError(ValueError):
     """A file that is not a readable Kineto trace; the message names the file and the reason."""
 
     def __init__(self, source: str, reason: str) -> None:
-        super().__init__(f"{source}: {reason}")
+        from lightning_streamprof.escape import one_line
+
+        super().__init__(f"{one_line(str(source))}: {one_line(str(reason))}")
         self.source = source
         self.reason = reason
 
@@ -102,6 +104,7 @@ class EventTable:
       ``distributedInfo``, ...).
     - ``comm_args``: row -> the collective arguments of the few events that carry them
       (:class:`~lightning_streamprof.trace.collectives.CommArgs`).
+    - ``warnings``: what the reader ignored because it cannot be true (negative durations, duplicates...).
     """
 
     source: str
@@ -128,6 +131,7 @@ class EventTable:
     shapes: np.ndarray
     metadata: dict[str, Any] = field(default_factory=dict)
     comm_args: dict[int, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])

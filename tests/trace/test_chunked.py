@@ -10,7 +10,7 @@ import pytest
 from lightning_streamprof.trace import TraceFormatError, parse_trace, read_trace
 from lightning_streamprof.trace.blocks import gunzip, memory_pieces
 from lightning_streamprof.trace.chunked import read_chunked
-from lightning_streamprof.trace.reader import COLUMNS, parse_document
+from lightning_streamprof.trace.reader import COLUMNS, checked, parse_document
 
 FIXTURES = sorted((Path(__file__).parent.parent / "fixtures" / "traces").glob("*.pt.trace.json.gz"))
 
@@ -110,7 +110,11 @@ def test_layouts_take_fast_path_and_match(label, text):
             table = chunked(data, chunk_size, piece)
             assert table is not None, (label, chunk_size, piece)
             assert_same(table, expected)
-    assert_same(parse_trace(gzip.compress(data)), expected)
+    if label.startswith("empty"):  # a trace without events is refused
+        with pytest.raises(TraceFormatError, match="no events"):
+            parse_trace(gzip.compress(data))
+    else:
+        assert_same(parse_trace(gzip.compress(data)), checked(expected))
 
 
 @pytest.mark.parametrize("label, text", list(odd_documents()), ids=lambda v: v if len(v) < 30 else "")
@@ -124,7 +128,7 @@ def test_odd_documents_match_whole_document_reader(label, text, tmp_path):
         assert str(got.value) == str(err)
         return
     for chunk_size in (1, 64, 1 << 20):
-        assert_same(parse_trace(data), expected)
+        assert_same(parse_trace(data), checked(expected))
         table = chunked(data, chunk_size, 5)
         if table is not None:
             assert_same(table, expected)
@@ -132,7 +136,7 @@ def test_odd_documents_match_whole_document_reader(label, text, tmp_path):
     path.write_bytes(gzip.compress(data))
     table = read_trace(str(path))
     assert table.source == str(path)
-    assert_same(parse_document(data, str(path)), table)
+    assert_same(checked(parse_document(data, str(path))), table)
 
 
 def test_event_split_across_chunks_and_pieces():
@@ -149,7 +153,7 @@ def test_multi_member_gzip():
     half = len(data) // 2
     raw = gzip.compress(data[:half]) + gzip.compress(data[half:])
     assert b"".join(gunzip(memory_pieces(raw, 10))) == data
-    assert_same(parse_trace(raw), parse_document(data))
+    assert_same(parse_trace(raw), checked(parse_document(data)))
 
 
 BIG = json.dumps({**META, "traceEvents": [event(i) for i in range(20000)]}).encode()

@@ -1,0 +1,99 @@
+"""Reading local paths and fsspec URLs: bounded waits and one-line reasons.
+
+A remote store gets :func:`~lightning_streamprof.profiling.deadline.io_timeout` seconds per request (30 s, or
+``$STREAMPROF_IO_TIMEOUT``) and few retries, so an unreachable endpoint fails in seconds. Every problem becomes
+a :class:`~lightning_streamprof.trace.TraceFormatError` naming the path and the real reason: a missing extra,
+no credentials, connection refused, a time-out, no such file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import fsspec
+from fsspec.core import split_protocol, url_to_fs
+
+from lightning_streamprof.errors import describe
+from lightning_streamprof.profiling.deadline import call_with_deadline, io_timeout
+from lightning_streamprof.trace.table import TraceFormatError
+
+T = TypeVar("T")
+
+#: protocol -> (package, extra of this project that installs it)
+EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gs"), "gcs": ("gcsfs", "gs"),
+          "abfs": ("adlfs", "blob"), "abfss": ("adlfs", "blob"), "az": ("adlfs", "blob")}
+#: options that bound each request, used where the user's fsspec configuration sets none
+_BOUNDED = {
+    "s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}}},
+}
+_LOCAL = ("file", "local")
+
+
+def protocol(path: str) -> str:
+    return split_protocol(str(path))[0] or "file"
+
+
+def _options(proto: str) -> dict[str, Any]:
+    ours = _BOUNDED.get("s3" if proto == "s3a" else proto, {})
+    theirs = fsspec.config.conf.get(proto, {})
+    return {k: v for k, v in ours.items() if k not in theirs}
+
+
+def filesystem(path: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``path`` and the path as it names it; :class:`TraceFormatError` when the
+    protocol is unknown or its package is not installed."""
+    proto = protocol(path)
+    try:
+        return url_to_fs(str(path), **_options(proto))
+    except ImportError:
+        package, extra = EXTRAS.get(proto, (f"the package for {proto}://", None))
+        hint = f": pip install 'lightning-streamprof[{extra}]'" if extra else ""
+        raise TraceFormatError(str(path), f"reading {proto}:// needs {package}{hint}") from None
+    except ValueError as err:
+        if "not known" in str(err).lower():
+            raise TraceFormatError(str(path), f"unknown protocol {proto}://") from None
+        raise TraceFormatError(str(path), describe(err)) from None
+
+
+def is_local(fs: Any) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return any(p in _LOCAL for p in protocols)
+
+
+def bounded(fs: Any, path: str, fn: Callable[[], T], what: str) -> T:
+    """``fn()`` (a request to ``fs`` about ``path``), within the I/O time-out for a remote store; any failure
+    as :class:`TraceFormatError` naming ``path``."""
+    try:
+        return call_with_deadline(fn, None if is_local(fs) else io_timeout(), what)
+    except TraceFormatError:
+        raise
+    except FileNotFoundError:
+        raise TraceFormatError(str(path), "no such file or directory") from None
+    except IsADirectoryError:
+        raise TraceFormatError(str(path), "is a directory") from None
+    except Exception as err:  # noqa: BLE001 - every reason, in one line
+        raise TraceFormatError(str(path), describe(err)) from None
+
+
+class _Reader:
+    """``read`` of an open file, each call bounded."""
+
+    def __init__(self, fs: Any, path: str, f: Any) -> None:
+        self._fs, self._path, self._f = fs, path, f
+
+    def read(self, size: int = -1) -> bytes:
+        return bounded(self._fs, self._path, lambda: self._f.read(size), f"reading {self._path}")
+
+
+@contextlib.contextmanager
+def opened(path: str) -> Iterator[_Reader]:
+    """The file at ``path`` open for bounded reads."""
+    fs, local = filesystem(path)
+    f = bounded(fs, path, lambda: fs.open(local, "rb"), f"opening {path}")
+    try:
+        yield _Reader(fs, path, f)
+    finally:
+        with contextlib.suppress(Exception):
+            f.close()
