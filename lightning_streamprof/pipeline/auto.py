@@ -74,9 +74,9 @@ def trial_order(ways: Sequence[Way]) -> list[Way]:
 class AutoSwitch:
     """Trials of ``trial`` steps per way, in turn (the most promising pipelined way, serial, then the others;
     the ways still in contention a second time, so that drift in the loader or the machine cancels out); then
-    the fastest runs for ``recheck`` steps. A pipelined way is kept only when every one of its trials is faster
-    than every serial trial by more than ``margin`` (a gain smaller than the trials' own spread is noise); of
-    those, the fastest on average wins. Each trial's first ``settle`` steps are not timed (the switch itself
+    the fastest runs for ``recheck`` steps. A pipelined way is kept only when it is faster than serial on
+    average by more than ``margin`` and every one of its trials is faster than every serial trial (a gain the
+    trials do not agree on is noise); of those, the fastest on average wins. Each trial's first ``settle`` steps are not timed (the switch itself
     costs a step).
 
     Trials cost what the slower ways lose, so they are kept short: a trial whose first ``abort_after`` timed
@@ -238,7 +238,8 @@ class AutoSwitch:
         ms = {w: sum(t) / len(t) for w, t in self._times.items()}
         wait = sum(self._waits) / len(self._waits) if self._waits else 0.0
         m = Measurement(ms, SERIAL, {w: list(t) for w, t in self._times.items()}, tuple(self._cut), wait)
-        clear = [w for w in self._times if w != SERIAL and w not in cut and m.worst_gain(w) > self.margin]
+        clear = [w for w in self._times if w != SERIAL and w not in cut
+                 and ms[SERIAL] / ms[w] - 1.0 > self.margin and m.worst_gain(w) > 0.0]
         if m.loader_share > self.loader_bound:
             clear = []  # the loader sets the pace: no way can beat serial for long
         choice = min(clear, key=ms.__getitem__) if clear else SERIAL

@@ -78,6 +78,18 @@ def test_a_mean_gain_that_the_trials_do_not_agree_on_stays_serial():
     assert switch.choice == THREAD
 
 
+def test_a_mean_gain_above_the_margin_that_every_trial_agrees_on_is_taken():
+    """Serial 10.0 and 10.4 ms, pipelined 9.6 and 9.9: 4.6% faster on average, its slowest trial 1% faster than
+    serial's fastest: a small gain, but one the trials agree on. A mean gain under the margin is not."""
+    switch, _ = switch_of((SERIAL, THREAD), warmup=1, trial=4, recheck=50)
+    switch._times = {SERIAL: [10.0, 10.4], THREAD: [9.6, 9.9]}
+    switch._decide()
+    assert switch.history[-1].worst_gain(THREAD) == pytest.approx(10.0 / 9.9 - 1) and switch.choice == THREAD
+    switch._times = {SERIAL: [10.0, 10.2], THREAD: [9.95, 9.98]}  # 1.3% on average
+    switch._decide()
+    assert switch.choice == SERIAL
+
+
 def test_trials_alternate_then_the_choice_runs_until_a_confirming_round():
     switch, clock = switch_of(warmup=1, trial=3, recheck=5)
     used = drive(switch, clock, {SERIAL: 1.0, PIPED: 0.95}, 1 + 12 + 5 + 6)
