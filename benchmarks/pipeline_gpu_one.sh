@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On one GPU: the GPU tests, then whole runs of serial, auto and the graphed way in 5 paired rounds
-# (~8 minutes). Results and logs under $OUT (results.tgz); a short table last.
+# (~8 minutes). Results and logs under $OUT (results-TAG.tgz); a short table last.
 #   bash benchmarks/pipeline_gpu_one.sh [WORKLOADS] [STEPS] [CONFIGS] [TAG]
 set -u
 source benchmarks/gpu_env.sh
@@ -14,7 +14,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 timeout ${RUNS_TIMEOUT:-400} python benchmarks/pipeline_runs.py --rounds 5 --steps $steps --configs $configs \
   --workloads $workloads --out $o --tag $tag 2>&1 | grep -v -E "$quiet" > $o/runs.log
-tar czf $OUT/results.tgz -C $o .
+tar czf $OUT/results-$tag.tgz -C $o .
 tail -n 2 $o/gpu_tests.log 2>/dev/null
 tail -n 3 $o/runs.log
-for f in $o/pipeline_runs-*.md; do grep -E "^\| |auto: StreamPipeline" $f | cut -c1-600; done
+for f in $o/pipeline_runs-$tag.md; do grep -E "^\| |auto: StreamPipeline" $f | cut -c1-600; done

@@ -3,7 +3,7 @@ import subprocess
 import sys
 from collections import defaultdict
 
-from conftest import load_trace, step_numbers, trace_files
+from traces_on_disk import load_trace, step_numbers, trace_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

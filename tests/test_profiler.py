@@ -4,7 +4,7 @@ import warnings
 import fsspec
 import pytest
 import torch
-from conftest import TB_PATTERN, load_trace, step_numbers, trace_files
+from traces_on_disk import TB_PATTERN, load_trace, step_numbers, trace_files
 from helpers import fit
 
 from lightning_streamprof import StreamProfiler

@@ -1,5 +1,5 @@
 import pytest
-from conftest import load_trace, step_numbers, trace_files
+from traces_on_disk import load_trace, step_numbers, trace_files
 from helpers import fit
 
 from lightning_streamprof import StreamProfiler

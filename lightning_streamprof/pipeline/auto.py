@@ -96,8 +96,8 @@ class AutoSwitch:
     """
 
     def __init__(
-        self, ways: Sequence[Way], warmup: int = 10, trial: int = 20, recheck: int = 1000, margin: float = 0.02,
-        settle: int = SETTLE, rounds: int = 2, watch: int = 200, abort_after: int = 5, clear_loss: float = 0.1,
+        self, ways: Sequence[Way], warmup: int = 10, trial: int = 30, recheck: int = 1000, margin: float = 0.02,
+        settle: int = SETTLE, rounds: int = 2, watch: int = 200, abort_after: int = 10, clear_loss: float = 0.1,
         loader_bound: float = 0.2, sync: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.perf_counter, max_recheck: int | None = None,
         reduce: Callable[[list[float]], list[float]] = lambda values: values,

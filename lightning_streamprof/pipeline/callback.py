@@ -78,11 +78,11 @@ class StreamPipeline(Callback):
 
     ``mode="auto"`` times serial and pipelined steps after ``warmup`` steps (trials of ``trial`` steps: serial,
     pipelined on the loop's thread, on the staging thread, and with a backbone found and ``cuda_graph=None``,
-    the backbone as a CUDA graph) and keeps the fastest (pipelined only if each of its trials beats each
-    serial trial by more than 2%); a way that loses clearly is cut short and sits out later rounds. It measures
-    again ``recheck`` steps later (an interval that doubles, up to 8x, while the trials confirm the choice), and
-    watches the chosen way every 200 steps (slower than serial's trials by more than 2%: serial until the next
-    trials). In DDP the timings are averaged over the ranks, so that every rank makes the same choice. On CPU
+    the backbone as a CUDA graph) and keeps the fastest (pipelined only if it beats serial on average by more
+    than 2% and each of its trials beats each serial trial); a way that loses clearly is cut short and sits out
+    later rounds. It measures again ``recheck`` steps later (an interval that doubles, up to 8x, while the
+    trials confirm the choice), and watches the chosen way every 200 steps (slower than serial's trials by more
+    than 2%: serial until the next trials). In DDP the timings are averaged over the ranks, so that every rank makes the same choice. On CPU
     the same logic runs in order without streams (``auto`` then stays serial). :meth:`report` explains what
     was done; the decision is logged as ``streampipe/pipelined``, ``streampipe/gain``, ``streampipe/threaded``
     and ``streampipe/graphed``.
@@ -132,7 +132,7 @@ class StreamPipeline(Callback):
         cuda_graph: bool | None = None,
         staging_thread: bool | None = None,
         warmup: int = 10,
-        trial: int = 20,
+        trial: int = 30,
         recheck: int = 1000,
     ) -> None:
         if mode not in ("auto", "on", "off"):

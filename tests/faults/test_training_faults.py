@@ -10,7 +10,7 @@ import time
 import warnings
 
 import pytest
-from conftest import load_trace, step_numbers, trace_files
+from traces_on_disk import load_trace, step_numbers, trace_files
 from faultkit import fault_store, fill, leftovers, private_tmp, remount_read_only, small_fs  # noqa: F401
 from helpers import TinyModel, fit
 

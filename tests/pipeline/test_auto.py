@@ -220,7 +220,7 @@ def test_a_loader_bound_serial_step_keeps_serial():
 
 
 def test_serial_clearly_slower_than_the_first_way_is_cut_short_and_the_way_chosen():
-    switch, clock = switch_of((SERIAL, INLINE, THREAD, GRAPH), warmup=1, trial=20, recheck=100, settle=3)
+    switch, clock = switch_of((SERIAL, INLINE, THREAD, GRAPH), warmup=1, trial=20, recheck=100, settle=3, abort_after=5)
     used = drive(switch, clock, {SERIAL: 12.0, INLINE: 12.0, THREAD: 11.0, GRAPH: 6.0}, 1 + 20 + 3 * 8)
     m = switch.history[0]
     assert switch.choice == GRAPH and set(m.clear_losers) == {SERIAL, INLINE, THREAD}
