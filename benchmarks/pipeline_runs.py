@@ -190,6 +190,10 @@ def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
         row["vs_serial_per_round"] = {c: [a / b for a, b in zip(v, rates["serial"])] for c, v in rates.items()
                                       if c != "serial"}
         row["vs_serial"] = {c: statistics.median(v) for c, v in row["vs_serial_per_round"].items()}
+    if "auto" in rates:  # auto against each fixed way, in the same rounds: what choosing for itself costs
+        row["auto_vs_per_round"] = {c: [a / b for a, b in zip(rates["auto"], v)] for c, v in rates.items()
+                                    if c not in ("auto", "serial")}
+        row["auto_vs"] = {c: statistics.median(v) for c, v in row["auto_vs_per_round"].items()}
     last = {c: rs[-1] for c, rs in runs.items()}
     row["reports"] = {c: r.get("report", "") for c, r in last.items() if r.get("report")}
     row["staged_outputs_used"] = {c: [r.get("staged_outputs_used", 0), r.get("pipelined_steps", 0)]
@@ -216,10 +220,14 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
         ratios = [f"{r['vs_serial'][c]:.3f}" if c in r.get("vs_serial", {}) else "-" for c in configs if c != "serial"]
         lines.append(f"| {r['workload']} | " + " | ".join(f"{r['median'][c]:.1f}" for c in configs) + " | "
                      + " | ".join(ratios) + " |")
-    lines += ["", "Per round, x serial:"]
+    lines += ["", "Per round, x serial (and auto x each fixed way):"]
     for r in rows:
         for c, v in r.get("vs_serial_per_round", {}).items():
             lines.append(f"- {r['workload']} {c}: " + ", ".join(f"{x:.3f}" for x in v))
+    for r in rows:
+        for c, v in r.get("auto_vs_per_round", {}).items():
+            lines.append(f"- {r['workload']} auto x {c}: " + ", ".join(f"{x:.3f}" for x in v)
+                         + f" (median {r['auto_vs'][c]:.3f})")
     lines += ["", "Staged backbone outputs used / steps pipelined, device memory at step 100 and at the end (MB),"
               " last round:"]
     for r in rows:
