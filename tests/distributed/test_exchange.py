@@ -79,14 +79,16 @@ def test_two_ranks_gather_late_windows_and_agree_on_placement(store, tmp_path):
     metrics = logged[0][0]
     assert metrics["streamprof/stragglers"] == 1 and metrics["streamprof/straggler_score"] == pytest.approx(0.73)
     assert set(window_metrics(stats)) >= {"streamprof/rank0/step_ms", "streamprof/rank1/sync_ms"}
-    # placement: every rank takes the largest deferral asked for (rank 1 posts first, then waits for rank 0)
+    # placement: every rank takes the largest deferral asked for (rank 1 posts first, then waits for rank 0);
+    # waits long enough for a loaded machine to run the other thread (they end as soon as the answer is there)
     import threading
 
+    zero, one = aggregator(store, 0, [], timeout=20), aggregator(store, 1, [], timeout=20)
     answer = {}
     t = threading.Thread(target=lambda: answer.setdefault(1, one.agree_defer(0, 9)))
     t.start()
     answer[0] = zero.agree_defer(0, 4)
-    t.join(10)
+    t.join(30)
     assert answer == {0: 9, 1: 9}
 
 
