@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from operator import attrgetter
 from typing import Any
 
@@ -114,12 +115,34 @@ def _field(items: list, name: str, dtype: Any) -> np.ndarray:
         return np.fromiter(values, dtype=dtype, count=len(values))
 
 
+class MappedColumn:
+    """A column in an anonymous memory map of its own: it grows by doubling into a new map and the old map goes
+    back to the system at once (growing numpy arrays in the heap leaves holes the size of every earlier capacity),
+    and the pages past the last row are never touched, so only the rows count in resident memory."""
+
+    def __init__(self, dtype: Any, rows: int = 1 << 16) -> None:
+        self.dtype = np.dtype(dtype)
+        self.capacity = rows
+        self._map = mmap.mmap(-1, rows * self.dtype.itemsize)
+
+    def rows(self, count: int) -> np.ndarray:
+        """The first ``count`` rows, as an array on the map (which it keeps alive)."""
+        return np.frombuffer(self._map, self.dtype, count=count)
+
+    def grow(self, capacity: int, kept: int) -> None:
+        """Room for ``capacity`` rows, the first ``kept`` copied over."""
+        new = mmap.mmap(-1, capacity * self.dtype.itemsize)
+        np.frombuffer(new, self.dtype, count=kept)[:] = self.rows(kept)
+        self._map.close()
+        self._map, self.capacity = new, capacity
+
+
 class ColumnBuilder:
     """Turns decoded event chunks into table columns, interning names in order of first appearance."""
 
     def __init__(self) -> None:
         self.strings: dict[str, int] = {}
-        self._cols: dict[str, np.ndarray] = {name: np.full(0, fill, dtype) for name, dtype, fill in COLUMNS}
+        self._cols = {name: MappedColumn(dtype) for name, dtype, _ in COLUMNS}
         self._rows = 0
         self._kind_of = _KindOf()
         self._int_of = _IntOf()
@@ -199,14 +222,11 @@ class ColumnBuilder:
 
     def _append(self, cols: dict[str, np.ndarray], n: int) -> None:
         start, end = self._rows, self._rows + n
-        capacity = self._cols["kind"].shape[0]
-        if end > capacity:
-            # grown in place (realloc), so the table never exists twice in memory
-            capacity = max(end, capacity + capacity // 4, 1 << 16)
-            for col in self._cols.values():
-                col.resize(capacity, refcheck=False)
         for name, col in cols.items():
-            self._cols[name][start:end] = col
+            column = self._cols[name]
+            if end > column.capacity:
+                column.grow(max(end, 2 * column.capacity), start)
+            column.rows(end)[start:] = col
         self._rows = end
 
     def _collectives(self, name: np.ndarray, kind: np.ndarray, args: list[Args]) -> None:
@@ -258,7 +278,6 @@ class ColumnBuilder:
 
     def finish(self, source: str, metadata: dict[str, Any]) -> EventTable:
         """The table of every event added so far."""
-        for col in self._cols.values():
-            col.resize(self._rows, refcheck=False)
+        columns = {name: col.rows(self._rows) for name, col in self._cols.items()}
         return EventTable(source=source, names=tuple(self.strings), metadata=metadata, comm_args=self.comm_args,
-                          **self._cols)
+                          **columns)

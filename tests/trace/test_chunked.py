@@ -197,3 +197,23 @@ def test_missing_file_and_directory(tmp_path):
     with pytest.raises(TraceFormatError) as err:
         read_trace(str(tmp_path))
     assert "\n" not in str(err.value)
+
+
+def test_mapped_columns_grow_keep_their_rows_and_survive_pickling():
+    """Columns live in anonymous maps that double when full; the table's arrays stay valid and picklable."""
+    import pickle
+
+    from lightning_streamprof.trace.columns import MappedColumn
+
+    column = MappedColumn(np.int64, rows=4)
+    column.rows(3)[:] = [7, 8, 9]
+    column.grow(8, kept=3)
+    column.rows(8)[3:] = np.arange(5)
+    assert column.capacity == 8 and column.rows(8).tolist() == [7, 8, 9, 0, 1, 2, 3, 4]
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{i % 7}", "ts": i, "dur": 1, "pid": 0, "tid": 7,
+               "args": {"device": 0, "stream": 7, "correlation": i}} for i in range(70_000)]
+    data = json.dumps({"traceEvents": events}).encode()
+    table = chunked(data, chunk_size=1 << 16)  # many chunks: the columns grow past their first 65,536 rows
+    assert_same(table, parse_document(data))
+    again = pickle.loads(pickle.dumps(table))
+    assert again.correlation.tolist() == list(range(70_000))
