@@ -206,6 +206,27 @@ def _repeated(python: str, tool: str, path: Path, timeout: float, times: int, co
             "runs_seconds": [r["seconds"] for r in runs]}
 
 
+def _paired(python: str, tool: str, path: Path, timeout: float, times: int,
+            codes: tuple[Path, Path]) -> tuple[dict, dict, list[float]]:
+    """The same tool of two checkouts, alternated run by run (a shared machine drifts): both results and the
+    per-round ratio of the first's seconds to the second's."""
+    runs: tuple[list[dict], list[dict]] = ([], [])
+    for i in range(times):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        for k in order:
+            result = measure(python, tool, path, timeout, codes[k])
+            if "error" in result:
+                return result, result, []
+            runs[k].append(result)
+    out = []
+    for rs in runs:
+        seconds = sorted(r["seconds"] for r in rs)
+        out.append({**rs[0], "seconds": seconds[len(seconds) // 2], "peak_mb": max(r["peak_mb"] for r in rs),
+                    "runs_seconds": [r["seconds"] for r in rs]})
+    ratios = [a["seconds"] / b["seconds"] for a, b in zip(*runs)]
+    return out[0], out[1], ratios
+
+
 # ---------------------------------------------------------------- the run
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -258,6 +279,16 @@ def main() -> None:
                 ("torch-tb-profiler 0.4.3 loader (.json.gz)", peers, "tb-profiler", gz_path, 1, ROOT),
             ]
         results = []
+        paired = None
+        if args.baseline is not None:  # ours and the baseline alternated, read + analysis
+            label = "lightning_streamprof read + analysis (.json.gz)"
+            runs = [r for r in runs if r[0] != label and not r[0].startswith("baseline read + analysis")]
+            print(f"{label} and the baseline's, alternated ...", flush=True)
+            mine, theirs, ratios = _paired(ours, "analysis", gz_path, args.timeout, repeat, (ROOT, args.baseline))
+            results += [{"tool": label, **mine},
+                        {"tool": f"baseline read + analysis (.json.gz): {args.baseline.name}", **theirs}]
+            paired = {"ratios": ratios, "median": sorted(ratios)[len(ratios) // 2] if ratios else None}
+            print(f"  ours / baseline per round: {ratios}", flush=True)
         for label, python, tool, path, times, code in runs:
             print(f"{label} ...", flush=True)
             result = {"tool": label, **_repeated(python, tool, path, args.timeout, times, code)}
@@ -282,6 +313,7 @@ def main() -> None:
             "gz_bytes": gz_path.stat().st_size,
             "time_limit_s": args.timeout,
             "results": results,
+            "paired_read_analysis": paired,
         }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"analysis_speed-cpu-{dt.date.today():%Y%m%d}{args.tag}"
@@ -326,6 +358,10 @@ def _markdown(report: dict) -> str:
             runs = ", ".join(f"{s:.2f}" for s in r.get("runs_seconds", [r["seconds"]]))
             cells = [r["tool"], f"{r['seconds']:.2f}", f"{r['peak_mb']:,.0f}", ratio, runs, r.get("note", "")]
             lines.append("| " + " | ".join(cells) + " |")
+    paired = report.get("paired_read_analysis")
+    if paired and paired.get("ratios"):
+        lines += ["", "Read + analysis, ours and the baseline alternated run by run; ours / baseline per round: "
+                  + ", ".join(f"{r:.3f}" for r in paired["ratios"]) + f" (median {paired['median']:.3f})"]
     return "\n".join(lines) + "\n"
 
 

@@ -39,3 +39,34 @@ def test_report_summary_and_tensorboard_text(tmp_path, monkeypatch):
     assert [t.step for t in texts] == [w.global_step for w in windows]
     second = texts[1].tensor_proto.string_val[0].decode()
     assert second.startswith("**StreamProfiler window 1**: steps 24-25") and "moved by the overhead budget" in second
+
+
+def test_other_ranks_added_from_beside_and_missing_ones_named(tmp_path):
+    """Rank 0's report takes the other ranks' traces of its windows from the same directories; a rank whose
+    trace is not there is named in one note (another host's disk), and the report still holds rank 0's."""
+    import shutil
+
+    from lightning_streamprof.profiling.run_report import run_results, with_other_ranks
+
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=3, warmup=1, active=2, every=10, max_overhead=None)
+    fit(prof, tmp_path, max_steps=26)
+    results = prof.windows
+    run = run_results(results, os.path.basename(os.path.dirname(os.path.dirname(results[0].path))))
+    assert [w.window for w in run.windows] == [0, 1, 2]
+    # window 1's directory also holds a trace of rank 1 (a copy of rank 0's, relabelled as rank 1 by its name and
+    # distributedInfo); windows 0 and 2 hold rank 0's only
+    import gzip
+    import json
+
+    src = results[1].path
+    doc = json.loads(gzip.decompress(open(src, "rb").read()))
+    doc["distributedInfo"] = {**doc.get("distributedInfo", {}), "rank": 1, "world_size": 2}
+    with gzip.open(os.path.join(os.path.dirname(src), "rank1.123.pt.trace.json.gz"), "wt") as f:
+        json.dump(doc, f)
+    shutil.copy(src, os.path.join(os.path.dirname(src), "notes.txt"))  # not a trace: ignored
+    both, notes = with_other_ranks(run, results, world_size=2, seconds=60)
+    assert [[r.traces[0].rank for r in w.ranks] for w in both.windows] == [[0], [0, 1], [0]]
+    assert len(both.merged.traces) == 4 and len(notes) == 1
+    assert "window 0: rank(s) 1; window 2: rank(s) 1" in notes[0]
+    html_path = os.path.join(os.path.dirname(os.path.dirname(src)), names.REPORT_FILE)
+    assert os.path.exists(html_path)

@@ -24,7 +24,13 @@ from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedule
 from lightning_streamprof.profiling.session import Activity, KinetoSession
 from lightning_streamprof.profiling.storage import join_path
-from lightning_streamprof.profiling.run_report import moved_notes, next_commands, run_results, write_run_files
+from lightning_streamprof.profiling.run_report import (
+    moved_notes,
+    next_commands,
+    run_results,
+    with_other_ranks,
+    write_run_files,
+)
 from lightning_streamprof.report.markdown import window_markdown
 from lightning_streamprof.report.metrics import headline_metrics
 from lightning_streamprof.report.summary import moved_note, render_windows
@@ -77,8 +83,8 @@ class StreamProfiler(Profiler):
     through a temporary name, and a worker process analyses it; :meth:`summary` shows the results.
     The files open in Perfetto, torch-tb-profiler and HTA (``distributedInfo`` is always present), with the
     GPU utilization as a counter track. At the end of a stage, global rank 0 writes ``report.html`` (the HTML
-    report of its windows) in the run's directory, and the summary ends with its path and the commands to run
-    next. With a ``TensorBoardLogger``, each window's markdown summary goes to the text tag
+    report of its windows, with the other ranks' traces of them where it can read them) in the run's directory,
+    and the summary ends with its path and the commands to run next. With a ``TensorBoardLogger``, each window's markdown summary goes to the text tag
     ``streamprof/summary``.
 
     Window placement: ``skip_first`` steps are never profiled; then a window starts every ``every``
@@ -355,8 +361,10 @@ class StreamProfiler(Profiler):
         if len(run.windows) < exporter.written:
             notes.append(f"This report holds the last {len(run.windows)} analysed of the {exporter.written} windows "
                          f"written; `streamprof report {recorder.run_dir}` reads them all.")
-        self._report_path = write_run_files(recorder.run_dir, run, pipeline_text=text or None, notes=notes,
-                                            world_size=recorder.world_size)
+        if recorder.world_size > 1:  # the other ranks' traces of the same windows, where this rank can read them
+            run, found_notes = with_other_ranks(run, exporter.results, recorder.world_size, self.timeout)
+            notes += found_notes
+        self._report_path = write_run_files(recorder.run_dir, run, pipeline_text=text or None, notes=notes)
         self._run = run
 
     def _warn_problems(self, exporter: TraceExporter | None = None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 
@@ -31,6 +32,65 @@ def run_results(windows: Sequence[WindowResult], run: str | None) -> RunResults 
         WindowResults(window=w.window, first_step=w.first_step, ranks=[w.analysis]) for w in done if w.analysis])
 
 
+def with_other_ranks(run: RunResults, windows: Sequence[WindowResult], world_size: int,
+                     seconds: float) -> tuple[RunResults, list[str]]:
+    """``run`` (this rank's windows) with the other ranks' traces of the same windows, read from beside this
+    rank's (a shared directory or store) for at most ``seconds``; a note names the traces it could not add."""
+    from lightning_streamprof.analysis import combine
+    from lightning_streamprof.api import analyze_file
+
+    deadline = time.monotonic() + seconds
+    own = {w.window: w.path for w in windows}
+    missing: dict[int, list[int]] = {}
+    unread: list[str] = []
+    out = []
+    for w in run.windows:
+        ranks = {r.traces[0].rank: r for r in w.ranks}
+        path = own.get(w.window)
+        if path is not None and time.monotonic() < deadline:
+            others: list[str] = []
+            try:
+                others = _beside(path)
+            except Exception as err:  # noqa: BLE001 - the report then holds this rank's traces
+                unread.append(f"{path}: {err}")
+            for other in others:
+                if time.monotonic() >= deadline:
+                    break
+                try:
+                    result = analyze_file(other)
+                except Exception as err:  # noqa: BLE001 - one unreadable trace leaves the others in
+                    unread.append(f"{other}: {err}")
+                    continue
+                ident = result.traces[0]
+                if ident.run == run.run and ident.window == w.window and ident.rank not in ranks:
+                    ranks[ident.rank] = result
+        missing_here = [r for r in range(world_size) if r not in ranks]
+        if missing_here:
+            missing[w.window] = missing_here
+        out.append(msgspec.structs.replace(w, ranks=[ranks[r] for r in sorted(ranks, key=lambda r: r or 0)]))
+    every = [r for w in out for r in w.ranks]
+    merged = msgspec.structs.replace(combine(every, run.run), runs=[run.run] if run.run else [])
+    notes = []
+    if missing:
+        listed = "; ".join(f"window {w}: rank(s) {', '.join(map(str, r))}" for w, r in sorted(missing.items()))
+        notes.append(f"Traces not found beside this rank's within {seconds:.0f} s (another host's disk, or not yet"
+                     f" written): {listed}. `streamprof report <run directory>` on storage every rank writes to"
+                     " reads them all.")
+    notes += [f"Could not read {u}" for u in unread[:3]]
+    return msgspec.structs.replace(run, windows=out, merged=merged), notes
+
+
+def _beside(path: str) -> list[str]:
+    """The other traces in the directory of the trace at ``path`` (a local path or fsspec URL)."""
+    from lightning_streamprof.api import find_traces
+
+    def name(p: str) -> str:
+        return p.replace("\\", "/").rsplit("/", 1)[-1]
+
+    directory = path.rsplit("/", 1)[0] if "/" in path else os.path.dirname(path)
+    return [p for p in find_traces(directory)[0] if name(p) != name(path)]
+
+
 def _write(path: str, text: str) -> None:
     import fsspec
 
@@ -38,15 +98,11 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None, notes: Sequence[str],
-                    world_size: int = 1) -> str | None:
+def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None, notes: Sequence[str]) -> str | None:
     """Write ``report.html`` (and StreamPipeline's report, when there is one) in ``run_dir``; returns the
     report's path, or None (with a warning) when it could not be written."""
     from lightning_streamprof.report.html import render_report
 
-    if world_size > 1:
-        notes = [*notes, f"This report holds rank 0's traces; `streamprof report {run_dir}` reads all "
-                         f"{world_size} ranks."]
     path = join_path(run_dir, names.REPORT_FILE)
     try:
         if pipeline_text:

@@ -61,6 +61,11 @@ def test_distributed_json_beside_each_window_and_logged(straggler):
     run_dir = straggler["run_dir"]
     windows = sorted(d for d in os.listdir(run_dir) if os.path.isdir(os.path.join(run_dir, d)))
     assert len(windows) == 2 and "report.html" in os.listdir(run_dir)  # the run's report beside its windows
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as f:
+        html = f.read()
+    # rank 0's report holds both ranks: the distributed view flags rank 1, and no note says a rank is missing
+    assert "Traces not found" not in html and "Could not read" not in html
+    assert "is a straggler" in html and html.count("rank 1") >= 1
     for w in windows:
         with open(os.path.join(straggler["run_dir"], w, DISTRIBUTED_FILE), "rb") as f:
             stats = from_json(f.read(), DistributedStats)
