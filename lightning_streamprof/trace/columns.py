@@ -116,25 +116,38 @@ def _field(items: list, name: str, dtype: Any) -> np.ndarray:
 
 
 class MappedColumn:
-    """A column in an anonymous memory map of its own: it grows by doubling into a new map and the old map goes
-    back to the system at once (growing numpy arrays in the heap leaves holes the size of every earlier capacity),
-    and the pages past the last row are never touched, so only the rows count in resident memory."""
+    """A column in a private anonymous memory map of its own. Growing numpy arrays in the heap leaves holes the
+    size of every earlier capacity; a map grows by remapping (no copy where the system has ``mremap``, else into a
+    new map, the old one returned at once), and its pages past the last row are never touched, so only the rows
+    count in resident memory."""
 
     def __init__(self, dtype: Any, rows: int = 1 << 16) -> None:
         self.dtype = np.dtype(dtype)
         self.capacity = rows
-        self._map = mmap.mmap(-1, rows * self.dtype.itemsize)
+        self._map = mmap.mmap(-1, rows * self.dtype.itemsize, **_PRIVATE)
 
     def rows(self, count: int) -> np.ndarray:
         """The first ``count`` rows, as an array on the map (which it keeps alive)."""
         return np.frombuffer(self._map, self.dtype, count=count)
 
     def grow(self, capacity: int, kept: int) -> None:
-        """Room for ``capacity`` rows, the first ``kept`` copied over."""
-        new = mmap.mmap(-1, capacity * self.dtype.itemsize)
-        np.frombuffer(new, self.dtype, count=kept)[:] = self.rows(kept)
-        self._map.close()
-        self._map, self.capacity = new, capacity
+        """Room for ``capacity`` rows, the first ``kept`` kept."""
+        size = capacity * self.dtype.itemsize
+        try:
+            if not _PRIVATE:
+                raise OSError("a shared map does not grow by remapping")
+            self._map.resize(size)
+        except (OSError, SystemError, ValueError):
+            new = mmap.mmap(-1, size, **_PRIVATE)
+            np.frombuffer(new, self.dtype, count=kept)[:] = self.rows(kept)
+            self._map.close()
+            self._map = new
+        self.capacity = capacity
+
+
+#: a private anonymous map where the system has them (POSIX): a shared one is not grown by ``mremap`` (its pages
+#: past the old end would fault with SIGBUS) and costs more per page
+_PRIVATE = {"flags": mmap.MAP_PRIVATE} if hasattr(mmap, "MAP_PRIVATE") else {}
 
 
 class ColumnBuilder:

@@ -199,12 +199,17 @@ def test_missing_file_and_directory(tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_mapped_columns_grow_keep_their_rows_and_survive_pickling():
-    """Columns live in anonymous maps that double when full; the table's arrays stay valid and picklable."""
+@pytest.mark.parametrize("private", [True, False], ids=["remapped", "copied"])
+def test_mapped_columns_grow_keep_their_rows_and_survive_pickling(private, monkeypatch):
+    """Columns live in anonymous maps that double when full (remapped where private maps exist, else copied into
+    a new map); the table's arrays stay valid and picklable."""
     import pickle
 
+    from lightning_streamprof.trace import columns
     from lightning_streamprof.trace.columns import MappedColumn
 
+    if not private:
+        monkeypatch.setattr(columns, "_PRIVATE", {})
     column = MappedColumn(np.int64, rows=4)
     column.rows(3)[:] = [7, 8, 9]
     column.grow(8, kept=3)
