@@ -35,6 +35,10 @@ class Measurement:
             return self.serial_ms / self.ms[way] - 1.0
         return min(self.trials[SERIAL]) / max(self.trials[way]) - 1.0
 
+    def clearly_faster(self, way: Way, margin: float) -> bool:
+        """Faster than serial on average by more than ``margin``, and in every trial."""
+        return self.serial_ms / self.ms[way] - 1.0 > margin and self.worst_gain(way) > 0.0
+
     @property
     def serial_ms(self) -> float:
         return self.ms[SERIAL]
@@ -76,8 +80,8 @@ class AutoSwitch:
     the ways still in contention a second time, so that drift in the loader or the machine cancels out); then
     the fastest runs for ``recheck`` steps. A pipelined way is kept only when it is faster than serial on
     average by more than ``margin`` and every one of its trials is faster than every serial trial (a gain the
-    trials do not agree on is noise); of those, the fastest on average wins. Each trial's first ``settle`` steps are not timed (the switch itself
-    costs a step).
+    trials do not agree on is noise); of those, the fastest on average wins. Each trial's first ``settle`` steps
+    are not timed (the switch itself costs a step).
 
     Trials cost what the slower ways lose, so they are kept short: a trial whose first ``abort_after`` timed
     steps run slower than the best way so far by more than ``clear_loss`` ends there (serial's too), and a
@@ -238,8 +242,7 @@ class AutoSwitch:
         ms = {w: sum(t) / len(t) for w, t in self._times.items()}
         wait = sum(self._waits) / len(self._waits) if self._waits else 0.0
         m = Measurement(ms, SERIAL, {w: list(t) for w, t in self._times.items()}, tuple(self._cut), wait)
-        clear = [w for w in self._times if w != SERIAL and w not in cut
-                 and ms[SERIAL] / ms[w] - 1.0 > self.margin and m.worst_gain(w) > 0.0]
+        clear = [w for w in self._times if w != SERIAL and w not in cut and m.clearly_faster(w, self.margin)]
         if m.loader_share > self.loader_bound:
             clear = []  # the loader sets the pace: no way can beat serial for long
         choice = min(clear, key=ms.__getitem__) if clear else SERIAL

@@ -82,10 +82,10 @@ class StreamPipeline(Callback):
     than 2% and each of its trials beats each serial trial); a way that loses clearly is cut short and sits out
     later rounds. It measures again ``recheck`` steps later (an interval that doubles, up to 8x, while the
     trials confirm the choice), and watches the chosen way every 200 steps (slower than serial's trials by more
-    than 2%: serial until the next trials). In DDP the timings are averaged over the ranks, so that every rank makes the same choice. On CPU
-    the same logic runs in order without streams (``auto`` then stays serial). :meth:`report` explains what
-    was done; the decision is logged as ``streampipe/pipelined``, ``streampipe/gain``, ``streampipe/threaded``
-    and ``streampipe/graphed``.
+    than 2%: serial until the next trials). In DDP the timings are averaged over the ranks, so that every rank
+    makes the same choice. On CPU the same logic runs in order without streams (``auto`` then stays serial).
+    :meth:`report` explains what was done; the decision is logged as ``streampipe/pipelined``,
+    ``streampipe/gain``, ``streampipe/threaded`` and ``streampipe/graphed``.
 
     Args:
         backbone: Frozen submodule to run ahead (dotted name or module). ``None`` finds a frozen child module

@@ -84,8 +84,8 @@ class StreamProfiler(Profiler):
     The files open in Perfetto, torch-tb-profiler and HTA (``distributedInfo`` is always present), with the
     GPU utilization as a counter track. At the end of a stage, global rank 0 writes ``report.html`` (the HTML
     report of its windows, with the other ranks' traces of them where it can read them) in the run's directory,
-    and the summary ends with its path and the commands to run next. With a ``TensorBoardLogger``, each window's markdown summary goes to the text tag
-    ``streamprof/summary``.
+    and the summary ends with its path and the commands to run next. With a ``TensorBoardLogger``, each window's
+    markdown summary goes to the text tag ``streamprof/summary``.
 
     Window placement: ``skip_first`` steps are never profiled; then a window starts every ``every``
     steps. With ``max_overhead`` set, each window's measured cost (its steps' slowdown against the median
