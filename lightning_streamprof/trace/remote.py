@@ -55,6 +55,8 @@ def filesystem(path: str) -> tuple[Any, str]:
         if "not known" in str(err).lower():
             raise TraceFormatError(str(path), f"unknown protocol {proto}://") from None
         raise TraceFormatError(str(path), describe(err)) from None
+    except Exception as err:  # noqa: BLE001 - e.g. gcsfs looks for credentials when it is created
+        raise TraceFormatError(str(path), describe(err)) from None
 
 
 def is_local(fs: Any) -> bool:

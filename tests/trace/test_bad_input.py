@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 import fsspec
 import pytest
@@ -182,6 +183,37 @@ def test_s3_missing_extra(monkeypatch, capsys):
 
 def test_gs_missing_extra(monkeypatch, capsys):
     _missing_extra(monkeypatch, capsys, "gs", "gcsfs")
+
+
+@pytest.fixture
+def gs_config(monkeypatch):
+    """Configure ``gs://`` (``set(**options)``) with no Google credentials around."""
+    pytest.importorskip("gcsfs")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent.json")
+    monkeypatch.setenv("NO_GCE_CHECK", "True")  # google-auth: do not probe the metadata server
+
+    def configure(**options):
+        monkeypatch.setitem(fsspec.config.conf, "gs", {"skip_instance_cache": True, **options})
+
+    return configure
+
+
+def test_gs_without_credentials(gs_config, capsys):
+    """gcsfs looks for credentials when the filesystem is created (was an internal error, exit 1)."""
+    gs_config(token="google_default")
+    code, _, err = cli(capsys, "gs://bucket/run")
+    assert code == 2
+    one_error_line(err, "gs://bucket/run", "no credentials")
+
+
+def test_gs_connection_refused_is_bounded(gs_config, capsys, monkeypatch):
+    """gcsfs retries a refused connection with back-off (about 30 s over 6 tries): the I/O time-out ends it."""
+    monkeypatch.setenv("STREAMPROF_IO_TIMEOUT", "2")
+    gs_config(token="anon", endpoint_url=f"http://127.0.0.1:{_free_port()}")
+    t0 = time.monotonic()
+    code, _, err = cli(capsys, "gs://bucket/run")
+    assert code == 2 and time.monotonic() - t0 < 15
+    one_error_line(err, "gs://bucket/run", "did not answer within 2 s")
 
 
 def test_s3_without_credentials(s3_config, capsys):
