@@ -16,7 +16,7 @@ import fsspec
 from fsspec.core import split_protocol, url_to_fs
 
 from lightning_streamprof.errors import describe
-from lightning_streamprof.profiling.deadline import call_with_deadline, io_timeout
+from lightning_streamprof.profiling.deadline import DeadlineExceeded, call_with_deadline, io_timeout
 from lightning_streamprof.trace.table import TraceFormatError
 
 T = TypeVar("T")
@@ -35,10 +35,36 @@ def protocol(path: str) -> str:
     return split_protocol(str(path))[0] or "file"
 
 
-def _options(proto: str) -> dict[str, Any]:
-    ours = _BOUNDED.get("s3" if proto == "s3a" else proto, {})
+class LastFailure:
+    """The last failed request of an aiohttp-based filesystem (gcsfs), which retries a refused connection with
+    back-off for about 30 s: when the I/O time-out speaks first, the reason is still the real one."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def session_kwargs(self) -> dict[str, Any]:
+        """aiohttp session options that record each failed request here."""
+        import aiohttp
+
+        async def failed(session: Any, context: Any, params: Any) -> None:
+            self.error = params.exception
+
+        config = aiohttp.TraceConfig()
+        config.on_request_exception.append(failed)
+        return {"trace_configs": [config]}
+
+
+def _options(proto: str) -> tuple[dict[str, Any], LastFailure | None]:
+    """Options that bound requests where the user's fsspec configuration sets none, and where failed requests
+    are recorded (``None``: not for this protocol)."""
+    proto = "s3" if proto == "s3a" else "gs" if proto == "gcs" else proto
     theirs = fsspec.config.conf.get(proto, {})
-    return {k: v for k, v in ours.items() if k not in theirs}
+    ours = dict(_BOUNDED.get(proto, {}))
+    failure = None
+    if proto == "gs" and "session_kwargs" not in theirs:
+        failure = LastFailure()
+        ours["session_kwargs"] = failure.session_kwargs()
+    return {k: v for k, v in ours.items() if k not in theirs}, failure
 
 
 def filesystem(path: str) -> tuple[Any, str]:
@@ -46,7 +72,11 @@ def filesystem(path: str) -> tuple[Any, str]:
     protocol is unknown or its package is not installed."""
     proto = protocol(path)
     try:
-        return url_to_fs(str(path), **_options(proto))
+        options, failure = _options(proto)
+        fs, local = url_to_fs(str(path), **options)
+        if failure is not None:
+            fs._streamprof_last_failure = failure
+        return fs, local
     except ImportError:
         package, extra = EXTRAS.get(proto, (f"the package for {proto}://", None))
         hint = f": pip install 'lightning-streamprof[{extra}]'" if extra else ""
@@ -71,6 +101,12 @@ def bounded(fs: Any, path: str, fn: Callable[[], T], what: str) -> T:
         return call_with_deadline(fn, None if is_local(fs) else io_timeout(), what)
     except TraceFormatError:
         raise
+    except DeadlineExceeded as err:
+        failure = getattr(fs, "_streamprof_last_failure", None)
+        if failure is not None and failure.error is not None:
+            reason = f"{describe(failure.error)}; still failing after {err.seconds:g} s of retries"
+            raise TraceFormatError(str(path), reason) from None
+        raise TraceFormatError(str(path), describe(err)) from None
     except FileNotFoundError:
         raise TraceFormatError(str(path), "no such file or directory") from None
     except IsADirectoryError:
