@@ -201,6 +201,11 @@ def _repeated(python: str, tool: str, path: Path, timeout: float, times: int, co
         if "error" in result:
             return result
         runs.append(result)
+    return _summary(runs)
+
+
+def _summary(runs: list[dict]) -> dict:
+    """Several measurements as one: median seconds, highest peak, every run's seconds."""
     seconds = sorted(r["seconds"] for r in runs)
     return {**runs[0], "seconds": seconds[len(seconds) // 2], "peak_mb": max(r["peak_mb"] for r in runs),
             "runs_seconds": [r["seconds"] for r in runs]}
@@ -218,13 +223,8 @@ def _paired(python: str, tool: str, path: Path, timeout: float, times: int,
             if "error" in result:
                 return result, result, []
             runs[k].append(result)
-    out = []
-    for rs in runs:
-        seconds = sorted(r["seconds"] for r in rs)
-        out.append({**rs[0], "seconds": seconds[len(seconds) // 2], "peak_mb": max(r["peak_mb"] for r in rs),
-                    "runs_seconds": [r["seconds"] for r in rs]})
     ratios = [a["seconds"] / b["seconds"] for a, b in zip(*runs)]
-    return out[0], out[1], ratios
+    return _summary(runs[0]), _summary(runs[1]), ratios
 
 
 # ---------------------------------------------------------------- the run

@@ -115,6 +115,11 @@ def _field(items: list, name: str, dtype: Any) -> np.ndarray:
         return np.fromiter(values, dtype=dtype, count=len(values))
 
 
+#: a private anonymous map where the system has them (POSIX): a shared one is not grown by ``mremap`` (its pages
+#: past the old end would fault with SIGBUS) and costs more per page
+_PRIVATE = {"flags": mmap.MAP_PRIVATE} if hasattr(mmap, "MAP_PRIVATE") else {}
+
+
 class MappedColumn:
     """A column in a private anonymous memory map of its own. Growing numpy arrays in the heap leaves holes the
     size of every earlier capacity; a map grows by remapping (no copy where the system has ``mremap``, else into a
@@ -143,11 +148,6 @@ class MappedColumn:
             self._map.close()
             self._map = new
         self.capacity = capacity
-
-
-#: a private anonymous map where the system has them (POSIX): a shared one is not grown by ``mremap`` (its pages
-#: past the old end would fault with SIGBUS) and costs more per page
-_PRIVATE = {"flags": mmap.MAP_PRIVATE} if hasattr(mmap, "MAP_PRIVATE") else {}
 
 
 class ColumnBuilder:

@@ -81,11 +81,9 @@ def filesystem(path: str) -> tuple[Any, str]:
         package, extra = EXTRAS.get(proto, (f"the package for {proto}://", None))
         hint = f": pip install 'lightning-streamprof[{extra}]'" if extra else ""
         raise TraceFormatError(str(path), f"reading {proto}:// needs {package}{hint}") from None
-    except ValueError as err:
-        if "not known" in str(err).lower():
-            raise TraceFormatError(str(path), f"unknown protocol {proto}://") from None
-        raise TraceFormatError(str(path), describe(err)) from None
     except Exception as err:  # noqa: BLE001 - e.g. gcsfs looks for credentials when it is created
+        if isinstance(err, ValueError) and "not known" in str(err).lower():
+            raise TraceFormatError(str(path), f"unknown protocol {proto}://") from None
         raise TraceFormatError(str(path), describe(err)) from None
 
 
