@@ -133,8 +133,7 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
            "step_ms": [round((b - a) * 1e3, 3) for a, b in zip(clock.starts, clock.starts[1:])]}
     if pipe is not None:
         out["report"] = pipe.report()
-        proxy = pipe._proxy
-        out["staged_outputs_used"] = proxy.hits if proxy is not None else 0
+        out["staged_outputs_used"] = {c.label: c.hits for c in pipe.staged_calls}
         out["pipelined_steps"] = pipe.staged_batches
     if profiler is not None:
         out["summary"] = profiler.summary()

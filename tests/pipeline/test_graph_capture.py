@@ -7,13 +7,13 @@ from lightning_streamprof.pipeline.graph import GraphedForward
 
 
 class FakeGraph:
-    """Replays by running the forward on the static input into the static output."""
+    """Replays by running the forward on the static inputs into the static output."""
 
     def __init__(self, forward, static_in, static_out):
         self.forward, self.static_in, self.static_out = forward, static_in, static_out
 
     def replay(self):
-        self.static_out.copy_(self.forward(self.static_in))
+        self.static_out.copy_(self.forward(*self.static_in))
 
 
 @pytest.fixture
@@ -21,14 +21,14 @@ def graphed(monkeypatch):
     """A GraphedForward of ``2x + 1`` that may capture CPU tensors; ``captures`` lists the captured inputs."""
     captures = []
 
-    def capture(self, x, amp=None):
-        captures.append(x)
-        static_in = x.clone()
-        static_out = self.forward(static_in)
+    def capture(self, xs, amp=None):
+        captures.append(xs)
+        static_in = [x.clone() for x in xs]
+        static_out = self.forward(*static_in)
         return FakeGraph(self.forward, static_in, static_out), static_in, static_out
 
     monkeypatch.setattr(GraphedForward, "_capture", capture)
-    monkeypatch.setattr(GraphedForward, "_may_capture", lambda self, x: len(self._graphs) < self.max_graphs
+    monkeypatch.setattr(GraphedForward, "_may_capture", lambda self, *xs: len(self._graphs) < self.max_graphs
                         and self.failure is None)
     g = GraphedForward(lambda x: 2 * x + 1)
     g.captures = captures
@@ -63,7 +63,7 @@ def test_on_the_staging_thread_a_new_shape_runs_eagerly_until_the_training_threa
 
 
 def test_a_deferred_capture_that_fails_runs_eagerly_with_one_warning(graphed, monkeypatch):
-    def fail(self, x, amp=None):
+    def fail(self, xs, amp=None):
         raise RuntimeError("operation not permitted when stream is capturing\nmore")
 
     monkeypatch.setattr(GraphedForward, "_capture", fail)
