@@ -13,7 +13,11 @@ and its median. Workloads (``examples/workloads.py``, written as people write th
 - ``resnet50``: a frozen torchvision ResNet-50 (``weights=None``, eval) with a linear head; ``training_step``
   normalises the uint8 224x224 batch before the backbone;
 - ``augment``: the GPU-augmentation classifier (per-sample crop, resize, rotation, blur, normalize in
-  ``on_after_batch_transfer``).
+  ``on_after_batch_transfer``);
+- ``vit``, ``vitff``, ``ldm``, ``resnet50c``: real model libraries called their own way (``zoo_workloads.py``):
+  a frozen timm ViT-S/16 linear probe through ``forward`` and through ``forward_features``/``forward_head``, a
+  latent-diffusion fine-tuning step (frozen diffusers VAE encoder and CLIP text encoder, trainable UNet), and a
+  frozen ResNet-50 under ``torch.compile``.
 
 A third field picks the precision (``bf16`` -> ``bf16-mixed``, ``16`` -> ``16-mixed``). Configurations:
 ``serial`` (no callback), ``auto`` (``StreamPipeline()``, no arguments), ``on`` (``mode="on"``: staging thread),
@@ -44,6 +48,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from _bench import command_args  # noqa: E402
 from gpu_augmentation import Classifier, RandomImages  # noqa: E402
 from workloads import ArticleSegmenter, FrozenResNetClassifier, ResidentImages, SegmentationData  # noqa: E402
+import zoo_workloads  # noqa: E402
 
 from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
 
@@ -54,10 +59,12 @@ CONFIGS = {
     "on": {"mode": "on"},
     "on_inline": {"mode": "on", "staging_thread": False},
     "on+graph": {"mode": "on", "cuda_graph": True},
+    "on_eager": {"mode": "on", "cuda_graph": False},
     "copy": {"mode": "on", "backbone": False, "staging_thread": False},
     "copy_nopin": {"mode": "on", "backbone": False, "staging_thread": False, "pin_memory": False},
 }
 START = 10  # runs are timed from this step to their end
+ZOO = ("vit", "vitff", "ldm", "resnet50c")  # benchmarks/zoo_workloads.py
 
 
 class RunClock(L.Callback):
@@ -98,14 +105,19 @@ def make(workload: str, batch: int, steps: int, world: int, workers: int, image_
     if workload == "article":
         data = SegmentationData(batch, image_size or 256, n, workers=workers)
         return ArticleSegmenter(), data.train_dataloader()
+    zoo = None
     if workload == "resnet50":
         data = ResidentImages(n, image_size or 224)
+    elif workload in ZOO:
+        zoo, data = zoo_workloads.make(workload, n, image_size)
     elif workload == "augment":
         data = RandomImages(n, image_size or 256)
     else:
         raise SystemExit(f"pipeline_runs: unknown workload {workload!r}")
     loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True,
                         pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
+    if zoo is not None:
+        return zoo, loader
     return (FrozenResNetClassifier() if workload == "resnet50" else Classifier(image_size or 256)), loader
 
 

@@ -21,7 +21,7 @@ from lightning_streamprof.pipeline.frozen import check_frozen, frozen_modules, r
 from lightning_streamprof.pipeline.graph import GraphedForward
 from lightning_streamprof.pipeline.probe import CallProbe, Findings
 from lightning_streamprof.pipeline.program import Arg, Program, StagedCall
-from lightning_streamprof.pipeline.proxy import FIX, CallProxies
+from lightning_streamprof.pipeline.proxy import CallProxies
 from lightning_streamprof.pipeline.staging import StagedBatch, Stager
 from lightning_streamprof.pipeline.thread import Fetched
 from lightning_streamprof.pipeline.way import SERIAL, Way, candidate_ways
@@ -358,13 +358,13 @@ class StreamPipeline(Callback):
     def _explain_findings(self, found: Findings) -> None:
         """One warning per frozen call that cannot be staged; one info line when there is nothing to stage."""
         named = self._specs is not None
-        for label, why in found.refused.items():
-            self._not_staged.append(f"`{label}` is {why}")
-            rank_zero_warn(f"StreamPipeline: `{label}` is {why}; it runs in the step. {FIX}")
+        for label, (why, fix) in found.refused.items():
+            self._not_staged.append(f"`{label}` {why}")
+            rank_zero_warn(f"StreamPipeline: `{label}` {why}; it runs in the step. {fix}".rstrip())
         for label, why in found.unrelated.items():
-            self._not_staged.append(f"`{label}` is {why}")
+            self._not_staged.append(f"`{label}` {why}")
             if named:
-                rank_zero_warn(f"StreamPipeline: `{label}` is {why}: nothing of it can be staged.")
+                rank_zero_warn(f"StreamPipeline: `{label}` {why}: nothing of it can be staged.")
         if named:
             assert self._trainer is not None
             for spec in self._specs or ():
@@ -375,7 +375,7 @@ class StreamPipeline(Callback):
                                    " nothing of it is staged.")
         elif found.program is None and not found.refused:
             if found.unrelated:
-                text = "; ".join(f"`{label}` is {why}" for label, why in found.unrelated.items())
+                text = "; ".join(f"`{label}` {why}" for label, why in found.unrelated.items())
                 rank_zero_info(f"StreamPipeline: no frozen call is staged: {text}.")
             else:
                 self._not_staged.append("the training step calls no frozen module")

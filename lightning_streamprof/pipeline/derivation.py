@@ -23,6 +23,8 @@ from torch.overrides import TorchFunctionMode
 
 from lightning_streamprof.pipeline import tree
 
+#: what blocks a tensor made with trainable weights (it needs this step's weights)
+TRAINABLE = "the trainable weights"
 _ARITH = ("add", "sub", "mul", "div", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor",
           "lshift", "rshift")
 _COMPARE = ("eq", "ne", "lt", "le", "gt", "ge", "neg", "pos", "abs", "invert", "getitem")
@@ -302,10 +304,12 @@ class DerivationRecorder(TorchFunctionMode):
                 blocker = blocker or k.blocker
             exprs.append(expr)
         outs = tree.leaves_with_paths(out)
+        trainable = any(t.requires_grad for _, t in outs) or any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in leaves)
+        if blocker is None and trainable:
+            blocker = TRAINABLE
         if blocker is None and name not in REPLAYABLE:
             blocker = name
-        if blocker is None and any(t.requires_grad for _, t in outs):
-            blocker = "the trainable weights"
         device = outs[0][1].device.type if outs else "cpu"
         for path, t in outs:
             if blocker is not None:

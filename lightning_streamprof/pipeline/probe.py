@@ -15,11 +15,13 @@ from lightning_streamprof.pipeline.derivation import (
     BatchLeaf,
     CallOutput,
     Const,
+    TRAINABLE,
     DerivationRecorder,
     Known,
     amp_state,
 )
 from lightning_streamprof.pipeline.frozen import Patch, call_methods, inner_frozen, undo_all
+from lightning_streamprof.pipeline.proxy import FIX
 from lightning_streamprof.pipeline.program import Arg, Program, StagedCall, describe_tensor, reads_outputs
 
 #: staged calls per step at most (a frozen module called in a loop is computed in the step beyond this)
@@ -28,12 +30,12 @@ MAX_CALLS = 32
 
 @dataclass
 class Findings:
-    """What the first step showed: the program (``None``: nothing to stage), per ``module.method`` the reason it
-    is not staged (``refused``: called with something made from the batch; ``unrelated``: called with nothing
-    from the batch), and the watched modules the step called at all."""
+    """What the first step showed: the program (``None``: nothing to stage), per ``module.method`` why it is not
+    staged (``refused``: called with something made from the batch, with the fix; ``unrelated``: nothing of the
+    call can run ahead, such as a call on the trainable outputs), and the watched modules the step called."""
 
     program: Program | None
-    refused: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, tuple[str, str]] = field(default_factory=dict)
     unrelated: dict[str, str] = field(default_factory=dict)
     called: set[str] = field(default_factory=set)
 
@@ -98,12 +100,13 @@ class CallProbe:
             out = original(*args, **kwargs)
         finally:
             rec.paused -= 1
-        problem = judged.problem
+        problem, fix = judged.problem, FIX
         if problem is None and judged.from_batch and not _same_rng(rng, _rng_state(device)):
-            problem = ("draws random numbers (the global generator advanced during the call: dropout or sampling;"
-                       " `.eval()` it, or draw in the step from its output)")
+            problem = "draws random numbers (the global generator advanced during the call)"
+            fix = ("Call `.eval()` on it if that is dropout, or draw the random numbers in the step from its output"
+                   " (the staged part must be deterministic).")
         if problem is None and judged.from_batch and len(self._calls) >= MAX_CALLS:
-            problem = f"called more than {MAX_CALLS} times in the step"
+            problem, fix = f"is called more than {MAX_CALLS} times in the step", ""
         if problem is None and judged.from_batch:
             index = len(self._calls)
             self._calls.append(StagedCall(index, name, method, module, original, spec, tuple(judged.args),
@@ -111,10 +114,10 @@ class CallProbe:
             for path, t in tree.leaves_with_paths(out):
                 rec.track(t, CallOutput(index, path, label), root=t)
             return out
-        if problem is not None and judged.from_batch:
-            self._found.refused.setdefault(label, problem)
+        if problem is not None and judged.from_batch and not judged.inherent:
+            self._found.refused.setdefault(label, (problem, fix))
         else:
-            self._found.unrelated.setdefault(label, problem or "called with nothing made from the batch")
+            self._found.unrelated.setdefault(label, problem or "is called with nothing made from the batch")
         for _, t in tree.leaves_with_paths(out):
             rec.track(t, None, f"`{label}`, which is not staged", judged.from_batch)
         return out
@@ -124,6 +127,7 @@ class CallProbe:
 class _Judged:
     args: list[Arg] = field(default_factory=list)
     problem: str | None = None
+    inherent: bool = False  # the problem is the call's nature (it needs this step's weights): nothing to fix
     from_batch: bool = False
     depends: set[int] = field(default_factory=set)
 
@@ -139,11 +143,13 @@ def _judge(leaves: list[Any], labels: list[str], rec: DerivationRecorder) -> _Ju
         if expr is None:
             assert k is not None
             j.from_batch = j.from_batch or k.from_batch
-            j.problem = j.problem or _blocked(where, leaf, k)
+            if j.problem is None:
+                j.problem = _blocked(where, leaf, k)
+                j.inherent = k.blocker == TRAINABLE or (k.blocker or "").startswith("`")
             j.args.append(Arg("const", value=leaf))
         elif isinstance(expr, Const):
-            if leaf.requires_grad:
-                j.problem = j.problem or f"called with {where} ({describe_tensor(leaf)}), a trainable tensor"
+            if leaf.requires_grad and j.problem is None:
+                j.problem, j.inherent = f"is called with {where} ({describe_tensor(leaf)}), a trainable tensor", True
             j.args.append(Arg("const", value=leaf))
         else:
             j.from_batch = j.from_batch or expr.from_batch
@@ -158,13 +164,13 @@ def _blocked(where: str, t: torch.Tensor, k: Known) -> str:
         what += f", made from the batch's {describe_tensor(k.root)} tensor"
     what += ")"
     blocker = k.blocker or "?"
-    if blocker == "the trainable weights":
-        return f"called with {what}, which depends on the trainable weights"
+    if blocker == TRAINABLE:
+        return f"is called with {what}, which depends on the trainable weights"
     if blocker.startswith("`"):
-        return f"called with {what}, made from the output of {blocker}"
+        return f"is called with {what}, made from the output of {blocker}"
     if k.from_batch:
-        return f"called with {what}, which `training_step` makes by an operation that cannot be replayed: `{blocker}`"
-    return f"called with {what}, made by an operation that cannot be replayed: `{blocker}`"
+        return f"is called with {what}, which `training_step` makes by an operation that cannot be replayed: `{blocker}`"
+    return f"is called with {what}, made by an operation that cannot be replayed: `{blocker}`"
 
 
 def _arg_labels(args: tuple, kwargs: dict) -> list[str]:

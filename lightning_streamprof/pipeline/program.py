@@ -145,13 +145,20 @@ class Program:
     def run(self, batch: Any, use_graph: bool) -> StagedRun:
         """All active calls on ``batch`` (no gradients), as the graph where it may be used."""
         keep = self.verifying
-        if use_graph and self.graph is not None and not keep and self.roots:
-            roots = self.root_values(batch)
-            outputs, metas = self.graph(*roots)
-            return StagedRun(list(outputs), list(metas))
+        if use_graph and self.graph is not None and self.roots:
+            outputs, metas = self.graph(*self.root_values(batch))
+            return StagedRun(list(outputs), self._derived_inputs(batch, outputs) if keep else list(metas))
         with torch.no_grad():
             outputs, inputs = self._execute(Env(batch), keep)
         return StagedRun(outputs, inputs)
+
+    def _derived_inputs(self, batch: Any, outputs: list[Any]) -> list[Any]:
+        """The derived arguments' values, for the first steps' check, beside a graph's outputs: only the
+        derivations run (eagerly), never the calls, so that no frozen module runs eagerly on the staging thread."""
+        env = Env(batch, outputs=list(outputs))
+        with torch.no_grad(), autocast_as(self.amp):
+            return [[evaluate(a.expr, env) if a.kind == "equal" else None for a in call.args]  # type: ignore[arg-type]
+                    if call.active else None for call in self.calls]
 
     def graph_forward(self, *roots: torch.Tensor) -> tuple[list[Any], list[Any]]:
         """The calls as a function of the root tensors (what the graph captures); arguments come back as
