@@ -247,7 +247,8 @@ class StreamPipeline(Callback):
                     " (BatchNorm statistics). Call `.eval()` on it for identical results."
                 )
         if stager.cuda and self.cuda_graph is not False:
-            program.graph = GraphedForward(program.graph_forward, defer=stager.inside_thread)
+            program.graph = GraphedForward(program.graph_forward, defer=stager.inside_thread,
+                                           on_failure=program.graph_failed)
         self._program = program
         self._proxies = CallProxies(program)
         stager.program = program

@@ -161,6 +161,7 @@ class Apply(Expr):
     amp: tuple | None = None
     from_batch: bool = True
     path: tree.Path = ()  # where the tensor lies in the function's output (``chunk``, ``max(dim)``)
+    constant: bool = False  # made from Python values alone (``torch.tensor([...], device=...)``): computed once
 
     def parents(self) -> list[Expr]:
         return [leaf for leaf in self.leaves if isinstance(leaf, Expr)]
@@ -191,17 +192,24 @@ def base_of(expr: Expr) -> Expr:
 
 @dataclass
 class Env:
-    """What an evaluation reads: the staged batch and the outputs of the calls so far; results memoised."""
+    """What an evaluation reads: the staged batch and the outputs of the calls so far; results memoised, and
+    constants (``folded``, kept across evaluations) computed once: a host-to-device copy of a Python list each
+    step would cost a copy and could not be captured in a CUDA graph."""
 
     batch: Any
     outputs: list[Any] = field(default_factory=list)
     memo: dict[int, Any] = field(default_factory=dict)
+    folded: dict[int, Any] = field(default_factory=dict)
 
 
 def evaluate(expr: Expr, env: Env) -> Any:
     key = id(expr)
     if key in env.memo:
         return env.memo[key]
+    if isinstance(expr, Apply) and expr.constant:
+        if key not in env.folded:
+            env.folded[key] = tree.follow(_apply(expr, env), expr.path)
+        return env.folded[key]
     if isinstance(expr, BatchLeaf):
         value = tree.follow(env.batch, expr.path)
     elif isinstance(expr, UserInput):
@@ -315,8 +323,9 @@ class DerivationRecorder(TorchFunctionMode):
             if blocker is not None:
                 self.track(t, None, blocker, from_batch, root)
             else:
-                self.track(t, Apply(_out_of_place(func), spec, tuple(exprs), amp_state(device), from_batch, path),
-                           root=root)
+                constant = not from_batch and all(isinstance(e, Apply) and e.constant for e in exprs if isinstance(e, Expr))
+            self.track(t, Apply(_out_of_place(func), spec, tuple(exprs), amp_state(device), from_batch, path,
+                                constant), root=root)
 
     def close(self) -> None:
         self.known.clear()

@@ -52,6 +52,7 @@ def report(f: Facts) -> str:
                 lines.append("    no staged output was used: it did not run ahead")
         if program.graph is not None:
             lines.append(_graph_line(program.graph))
+            lines += [f"    {note}" for note in program.notes]
         if f.graph_way:
             lines.append(f"  {f.graph_way}")
     for reason in f.not_staged or ():

@@ -34,8 +34,10 @@ class GraphedForward:
     """
 
     def __init__(self, forward: Callable[..., Any], max_graphs: int = 2, warmup: int = 3,
-                 defer: Callable[[], bool] = lambda: False) -> None:
+                 defer: Callable[[], bool] = lambda: False,
+                 on_failure: Callable[[BaseException], bool] | None = None) -> None:
         self.forward = forward
+        self.on_failure = on_failure  # told of a failed capture; ``True``: the forward changed, capture again
         self.max_graphs = max_graphs
         self.warmup = warmup
         self.defer = defer
@@ -74,8 +76,14 @@ class GraphedForward:
         """Capture the graph for these inputs' signature now (on the current stream), so that its first use
         replays."""
         key, amp = self._key(xs)
-        if key not in self._graphs and self._may_capture(*xs):
-            self._try_capture(key, xs, amp)
+        self._capture_until_done(key, xs, amp)
+
+    def _capture_until_done(self, key: tuple, xs: tuple[torch.Tensor, ...], amp: torch.dtype | None) -> None:
+        """Capture, again after a failure that changed the forward (``on_failure``), until one succeeds or fails
+        for good."""
+        for _ in range(8):
+            if key in self._graphs or not self._may_capture(*xs) or self._try_capture(key, xs, amp) is not None:
+                return
 
     @property
     def pending(self) -> bool:
@@ -90,8 +98,7 @@ class GraphedForward:
         """Capture the signatures that were deferred (on the current stream, the one they were staged on)."""
         pending, self._pending = self._pending, {}
         for key, (xs, amp) in pending.items():
-            if key not in self._graphs and self._may_capture(*xs):
-                self._try_capture(key, xs, amp)
+            self._capture_until_done(key, xs, amp)
 
     def release(self) -> None:
         """Drop the captured graphs and their memory (captured again if used again)."""
@@ -106,6 +113,8 @@ class GraphedForward:
             entry = self._capture(xs, amp)
             self._check(entry, amp)
         except Exception as err:  # noqa: BLE001 - not capturable: eager from now on
+            if self.on_failure is not None and self.on_failure(err):
+                return None  # the forward left out what failed: captured again at the next chance
             self.failure = f"{type(err).__name__}: {err}".splitlines()[0]
             warnings.warn(f"StreamPipeline: the frozen calls cannot be captured as a CUDA graph"
                           f" ({self.failure}); they run eagerly.", stacklevel=3)

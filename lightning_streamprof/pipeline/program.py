@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from lightning_streamprof.pipeline import tree
@@ -126,9 +127,15 @@ class Program:
     graph: GraphedForward | None = None
     stale: bool = False  # a call stopped running ahead: the graph is released at the end of the step
     roots: list[Expr] = field(default_factory=list)
+    folded: dict[int, Any] = field(default_factory=dict)  # constants made in the step, computed once
+    ungraphed: set[int] = field(default_factory=set)  # calls that run eagerly beside the graph
+    notes: list[str] = field(default_factory=list)  # what the graph left out, and why
 
     def __post_init__(self) -> None:
         self.roots = _roots(self.calls)
+
+    def _env(self, batch: Any, outputs: list[Any] | None = None) -> Env:
+        return Env(batch, outputs or [], folded=self.folded)
 
     @property
     def active(self) -> list[StagedCall]:
@@ -139,44 +146,71 @@ class Program:
         return any(c.active and c.verify_left > 0 for c in self.calls)
 
     def root_values(self, batch: Any) -> list[torch.Tensor]:
-        env = Env(batch)
+        env = self._env(batch)
         return [evaluate(r, env) for r in self.roots]
 
+    @property
+    def graphable(self) -> bool:
+        """Whether any active call may be in the graph."""
+        return any(c.active and c.index not in self.ungraphed for c in self.calls)
+
     def run(self, batch: Any, use_graph: bool) -> StagedRun:
-        """All active calls on ``batch`` (no gradients), as the graph where it may be used."""
+        """All active calls on ``batch`` (no gradients): the graph's, then the others eagerly."""
         keep = self.verifying
-        if use_graph and self.graph is not None and self.roots:
-            outputs, metas = self.graph(*self.root_values(batch))
-            return StagedRun(list(outputs), self._derived_inputs(batch, outputs) if keep else list(metas))
+        if use_graph and self.graph is not None and self.roots and self.graphable:
+            outputs, metas = (list(part) for part in self.graph(*self.root_values(batch)))
+            if self.ungraphed:
+                env = self._env(batch, outputs)
+                with torch.no_grad():
+                    outputs, rest = self._execute(env, keep, graphed=False)
+                metas = [r if r is not None else m for r, m in zip(rest, metas)]
+            return StagedRun(outputs, self._derived_inputs(batch, outputs) if keep else metas)
         with torch.no_grad():
-            outputs, inputs = self._execute(Env(batch), keep)
+            outputs, inputs = self._execute(self._env(batch), keep)
         return StagedRun(outputs, inputs)
 
     def _derived_inputs(self, batch: Any, outputs: list[Any]) -> list[Any]:
         """The derived arguments' values, for the first steps' check, beside a graph's outputs: only the
         derivations run (eagerly), never the calls, so that no frozen module runs eagerly on the staging thread."""
-        env = Env(batch, outputs=list(outputs))
+        env = self._env(batch, list(outputs))
         with torch.no_grad(), autocast_as(self.amp):
             return [[evaluate(a.expr, env) if a.kind == "equal" else None for a in call.args]  # type: ignore[arg-type]
                     if call.active else None for call in self.calls]
 
     def graph_forward(self, *roots: torch.Tensor) -> tuple[list[Any], list[Any]]:
-        """The calls as a function of the root tensors (what the graph captures); arguments come back as
+        """The graph's calls as a function of the root tensors (what the graph captures); arguments come back as
         shapes only."""
-        env = Env(None)
+        env = self._env(None)
         for expr, value in zip(self.roots, roots):
             env.memo[id(expr)] = value
-        return self._execute(env, keep=False)
+        return self._execute(env, keep=False, graphed=True)
 
-    def _execute(self, env: Env, keep: bool) -> tuple[list[Any], list[Any]]:
-        outputs: list[Any] = []
-        inputs: list[Any] = []
+    def graph_failed(self, error: BaseException) -> bool:
+        """A capture failed: a call that raised leaves the graph (with the calls that read its output) and runs
+        eagerly after it; ``True`` while other calls can still be captured."""
+        if not isinstance(error, CallFailed) or error.call.index in self.ungraphed:
+            return False
+        left = {error.call.index}
+        for c in self.calls:
+            if c.depends & left:
+                left.add(c.index)
+        self.ungraphed |= left
+        why = f"{type(error.error).__name__}: {error.error}".splitlines()[0]
+        names = ", ".join(f"`{self.calls[i].label}`" for i in sorted(left))
+        self.notes.append(f"{names} run eagerly beside the graph (not capturable: {why})")
+        if self.graphable:
+            rank_zero_warn(f"StreamPipeline: {names} cannot be captured in a CUDA graph ({why}); it runs eagerly"
+                           " after the graph of the other staged calls.")
+        return self.graphable
+
+    def _execute(self, env: Env, keep: bool, graphed: bool | None = None) -> tuple[list[Any], list[Any]]:
+        """Run the active calls (``graphed``: only those in the graph, only those outside it, or all); outputs
+        already in ``env`` stay."""
+        outputs = env.outputs = list(env.outputs) + [None] * (len(self.calls) - len(env.outputs))
+        inputs: list[Any] = [None] * len(self.calls)
         with autocast_as(self.amp):
             for call in self.calls:
-                if not call.active:
-                    outputs.append(None)
-                    inputs.append(None)
-                    env.outputs.append(None)
+                if not call.active or (graphed is not None and (call.index not in self.ungraphed) != graphed):
                     continue
                 try:
                     values = [a.value if a.kind == "const" else evaluate(a.expr, env) for a in call.args]  # type: ignore[arg-type]
@@ -185,10 +219,9 @@ class Program:
                         out = call.fn(*args, **kwargs)
                 except Exception as err:
                     raise CallFailed(call, err) from err
-                outputs.append(out)
-                env.outputs.append(out)
-                inputs.append([(v if keep else TensorMeta.of(v)) if a.kind == "equal" else None
-                               for a, v in zip(call.args, values)])
+                outputs[call.index] = out
+                inputs[call.index] = [(v if keep else TensorMeta.of(v)) if a.kind == "equal" else None
+                                      for a, v in zip(call.args, values)]
         return outputs, inputs
 
     def stop(self, call: StagedCall, why: str) -> list[StagedCall]:

@@ -30,6 +30,10 @@ class StepConverts(Net):
             return x.float()
         if how == "normalize":
             return (x.float() / 255 - self.mean) / self.std
+        if how == "constants_made_in_step":  # mean and std from Python lists in every step (timm users do)
+            mean = torch.tensor([0.4, 0.5, 0.6], device=x.device).view(1, 3, 1, 1)
+            std = torch.tensor([0.2, 0.25, 0.3]).view(1, 3, 1, 1).to(x.device)
+            return (x.float() / 255 - mean) / std
         if how == "in_place":  # in place on the batch tensor itself, then torchvision-style sub_/div_
             x = x.float()
             x.div_(255)
@@ -69,7 +73,7 @@ def assert_same_training(piped, serial):
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("how", ["float", "normalize", "in_place"])
+@pytest.mark.parametrize("how", ["float", "normalize", "in_place", "constants_made_in_step"])
 @pytest.mark.parametrize("backbone", [None, "backbone"], ids=["found", "named"])
 def test_a_derived_input_is_staged_and_results_equal_serial(how, backbone):
     serial, _ = fit(StepConverts(how), None)
@@ -164,3 +168,13 @@ def test_a_pipeline_that_serves_no_staged_output_says_so():
 def test_arguments_out_of_range_are_refused(bad):
     with pytest.raises(ValueError, match="StreamPipeline: `"):
         StreamPipeline(**bad)
+
+
+def test_constants_made_in_the_step_are_computed_once():
+    """``torch.tensor([...], device=...)`` in the step: a host-to-device copy each time, which a CUDA graph
+    cannot capture; the staged derivation computes it on its first run and keeps it."""
+    _, pipe = fit(StepConverts("constants_made_in_step"), dict(mode="on"))
+    folded = pipe._program.folded
+    assert {tuple(t.shape) for t in folded.values()} == {(3,), (1, 3, 1, 1)}
+    used = sorted(t.flatten()[0].item() for t in folded.values() if t.dim() == 4)
+    assert used == pytest.approx([0.2, 0.2, 0.4])  # the view of std, std moved to the device, and the mean

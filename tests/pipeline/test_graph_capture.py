@@ -74,3 +74,51 @@ def test_a_deferred_capture_that_fails_runs_eagerly_with_one_warning(graphed, mo
         graphed.capture_pending()
     assert graphed.failure == "RuntimeError: operation not permitted when stream is capturing"
     assert torch.equal(graphed(x), 2 * x + 1) and not graphed.pending and graphed.eager == 2
+
+
+def test_a_call_that_cannot_be_captured_leaves_the_graph_and_runs_eagerly_after_it(monkeypatch):
+    """Two staged calls and one that reads the second's output: the second cannot be captured (a host
+    synchronisation), so it and its reader run eagerly after the graph of the first."""
+    from lightning_streamprof.pipeline import tree
+    from lightning_streamprof.pipeline.derivation import BatchLeaf, CallOutput
+    from lightning_streamprof.pipeline.program import Arg, Program, StagedCall
+
+    capturing = []
+
+    def capture(self, xs, amp=None):
+        static_in = [x.clone() for x in xs]
+        capturing.append(True)
+        try:
+            static_out = self.forward(*static_in)
+        finally:
+            capturing.pop()
+        return Replayed(), static_in, static_out  # replays of the same batch: the captured outputs stand
+
+    class Replayed:
+        def replay(self):
+            pass
+
+    monkeypatch.setattr(GraphedForward, "_capture", capture)
+    monkeypatch.setattr(GraphedForward, "_check", lambda self, entry, amp: None)
+    monkeypatch.setattr(GraphedForward, "_may_capture", lambda self, *xs: self.failure is None)
+
+    def syncs(x):
+        if capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return x * 3
+
+    leaf = BatchLeaf((("item", 0),))
+    spec = tree.flatten(((torch.zeros(1),), {}))[0]
+    calls = [StagedCall(0, "a", "forward", None, lambda x: x + 1, spec, (Arg("same", leaf),), None),
+             StagedCall(1, "b", "forward", None, syncs, spec, (Arg("same", leaf),), None),
+             StagedCall(2, "c", "forward", None, lambda x: x - 1, spec, (Arg("same", CallOutput(1, ())),), None,
+                        frozenset({1}))]
+    program = Program(calls)
+    program.graph = GraphedForward(program.graph_forward, on_failure=program.graph_failed)
+    batch = (torch.arange(3.0),)
+    with pytest.warns(UserWarning, match="`b.forward`, `c.forward` cannot be captured in a CUDA graph .RuntimeError"):
+        program.graph.prepare(*program.root_values(batch))
+    assert program.ungraphed == {1, 2} and program.graph.captured and program.graph.failure is None
+    run = program.run(batch, use_graph=True)
+    assert [o.tolist() for o in run.outputs] == [[1.0, 2.0, 3.0], [0.0, 3.0, 6.0], [-1.0, 2.0, 5.0]]
+    assert program.graph.replays == 1 and "run eagerly beside the graph" in program.notes[0]
