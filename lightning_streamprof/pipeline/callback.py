@@ -279,14 +279,36 @@ class StreamPipeline(Callback):
             return
         api.install_staging_fetcher(fetcher, self)
         self.on_epoch_iter(fetcher)
+        self._not_training()  # the epoch's first fetch may start the loader's workers
 
     # ------------------------------------------------------------------ around each step
+
+    def _not_training(self) -> None:
+        """The step now running does more than train (validation, a checkpoint, an epoch's end, a profiler's
+        window): ``auto`` leaves it out of its timings."""
+        if self._auto is not None:
+            self._auto.exclude()
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._probe is not None and not self._probe.watching:
             self._probe.start(batch)
             self._probe_batch = batch
+        if self._auto is not None and api.profiler_busy(trainer):
+            self._not_training()
+
+    @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.training or trainer.state.fn == "fit":
+            self._not_training()
+
+    @override
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._not_training()
+
+    @override
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._not_training()
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
@@ -299,6 +321,8 @@ class StreamPipeline(Callback):
         stager = self._stager
         if stager is None:
             return
+        if self._auto is not None and api.profiler_busy(trainer):
+            self._not_training()
         # staging overlaps the training step only: validation, checkpoints and epoch ends that follow see
         # no hook of the next batch running (its hooks see the trainer state of a training step)
         stager.resolve_all()
@@ -495,7 +519,7 @@ class StreamPipeline(Callback):
             way = auto.step()
             if len(auto.reverts) > reverted:
                 r = auto.reverts[-1]
-                self._log_decision(gain=r.serial_ms / r.steady_ms - 1.0)
+                self._log_decision(gain=r.serial_ms / r.way_ms - 1.0)
             elif len(auto.history) > decided:
                 self._log_decision()
                 self._release_unused_graph(way)

@@ -78,8 +78,9 @@ def _auto_lines(auto: AutoSwitch) -> list[str]:
         lines.append(f"  measured ms/step: {ways}; best pipelined {100 * m.gain:+.1f}% (its slowest trial vs the"
                      f" fastest serial one {worst}){loader} -> {m.choice.label}")
     for r in auto.reverts:
-        lines.append(f"  steady state: {r.way.label} {r.steady_ms:.3f} ms/step, slower than serial's"
-                     f" {r.serial_ms:.3f} -> serial until the next trials")
+        lines.append(f"  steady state: {r.way.label} {r.watched_ms:.3f} ms/step over {auto.watch} training steps,"
+                     f" slower than serial's trials; timed again beside serial in paired trials: {r.way_ms:.3f}"
+                     f" against serial's {r.serial_ms:.3f} -> serial until the next trials")
     return lines
 
 

@@ -56,18 +56,20 @@ def _holds_tensor(obj: Any, depth: int) -> bool:
 def leaves_with_paths(obj: Any) -> list[tuple[Path, torch.Tensor]]:
     """Every tensor reachable in ``obj`` with its path, depth first."""
     out: list[tuple[Path, torch.Tensor]] = []
-
-    def walk(o: Any, path: Path, depth: int) -> None:
-        if isinstance(o, torch.Tensor):
-            out.append((path, o))
-            return
-        if depth > _MAX_DEPTH:
-            return
-        for step, v in _children(o) or ():
-            walk(v, path + (step,), depth + 1)
-
-    walk(obj, (), 0)
+    _walk(obj, (), 0, out)
     return out
+
+
+def _walk(obj: Any, path: Path, depth: int, out: list[tuple[Path, torch.Tensor]]) -> None:
+    # a module-level function, not a recursive closure: a closure that calls itself is a reference cycle, and
+    # every tensor it collected would live until the garbage collector ran (GPU memory held for many steps)
+    if isinstance(obj, torch.Tensor):
+        out.append((path, obj))
+        return
+    if depth > _MAX_DEPTH:
+        return
+    for step, v in _children(obj) or ():
+        _walk(v, path + (step,), depth + 1, out)
 
 
 def tensors(obj: Any) -> list[torch.Tensor]:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import Profiler
+from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
@@ -49,6 +50,13 @@ _COST_TAIL_STEPS = 2
 _TEXT_TAG = "streamprof/summary"
 #: windows (and distributed windows) the summary shows: the latest, so that it stays short in a long run
 _SUMMARY_WINDOWS = 3
+
+
+#: said once when the memory view makes a window record the training thread although batches are staged on another
+MEMORY_THREADS_NOTE = (
+    "StreamProfiler: profile_memory=True with batches staged on a thread: windows record the training thread (and"
+    " autograd's), not the staging thread, because torch drops every memory event of a session that records all"
+    " threads; the staged batches' memory still counts in every event's totals.")
 
 
 @runtime_checkable
@@ -192,6 +200,11 @@ class StreamProfiler(Profiler):
         self.row_limit = row_limit
         self.analyze = analyze
         self.all_threads = all_threads
+        self._said_memory_threads = False
+        if all_threads and profile_memory:
+            warnings.warn("StreamProfiler: `all_threads=True` with `profile_memory=True`: torch records no memory"
+                          " event in a session of all threads (pytorch/pytorch#166121), so the windows will have no"
+                          " memory view. Leave `all_threads=None` for the memory view.", stacklevel=2)
         self.straggler_threshold = straggler_threshold
         self.gather_after = gather_after
         self.gather_timeout = gather_timeout
@@ -275,7 +288,21 @@ class StreamProfiler(Profiler):
         all_threads = self.all_threads
         if all_threads is None:
             all_threads = any(cb.stages_on_thread for cb in self._staging_callbacks())
+            if all_threads and self.recording_options["profile_memory"]:
+                # torch drops every memory event of a session that records all threads (pytorch/pytorch#166121):
+                # the memory view needs the training thread's session (autograd's threads are recorded too)
+                all_threads = False
+                if not self._said_memory_threads:
+                    self._said_memory_threads = True
+                    rank_zero_info(MEMORY_THREADS_NOTE)
         return KinetoSession(self.activities, all_threads=all_threads, **self.recording_options)
+
+    @property
+    def in_window(self) -> bool:
+        """Whether the current step is in a window or in the steps after it that pay for it (``StreamPipeline``'s
+        ``auto`` leaves those out of its timings)."""
+        recorder = getattr(self, "_recorder", None)
+        return recorder is not None and recorder.watching
 
     @override
     def describe(self) -> None:
@@ -358,6 +385,8 @@ class StreamProfiler(Profiler):
         self._reported = recorder.run_dir
         text = "\n".join(cb.report() for cb in self._staging_callbacks())
         notes = moved_notes(recorder.moves, exporter.results)
+        if self._said_memory_threads:
+            notes.append(MEMORY_THREADS_NOTE.removeprefix("StreamProfiler: "))
         if len(run.windows) < exporter.written:
             notes.append(f"This report holds the last {len(run.windows)} analysed of the {exporter.written} windows "
                          f"written; `streamprof report {recorder.run_dir}` reads them all.")
