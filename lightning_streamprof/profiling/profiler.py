@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import warnings
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing_extensions import override
 
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
 from lightning_streamprof.profiling.recorder import WindowRecorder
+from lightning_streamprof.profiling.run_name import new_run_name
 from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedule
 from lightning_streamprof.profiling.session import Activity, KinetoSession
 from lightning_streamprof.profiling.storage import join_path
@@ -215,8 +215,9 @@ class StreamProfiler(Profiler):
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         stage = str(getattr(stage, "value", stage))  # TrainerFn enum -> "fit"
         super().setup(stage=stage, local_rank=local_rank, log_dir=log_dir)
-        self._finish()
+        self._end_stage()  # a stage that ended in an exception had no teardown
         self._failed = False
+        self._reported = self._report_path = self._run = None
         self._step_suffix = _STEP_ACTIONS.get(stage, "\0never")
         trainer = self._trainer()
         rank = int(getattr(trainer, "global_rank", 0)) if trainer is not None else 0
@@ -224,17 +225,16 @@ class StreamProfiler(Profiler):
         self._global_rank = rank
         base = self._user_dirpath if self._user_dirpath is not None else join_path(log_dir or os.getcwd(), "streamprof")
         self.dirpath = base
-        stamp = time.strftime("%Y%m%d-%H%M%S")
+        exporter = self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze,
+                                                  timeout=self.timeout)
+        made = exporter.make_run_dir(str(base), lambda: new_run_name(stage)) if rank == 0 else None
+        run_name = made or new_run_name(stage)  # rank 0's, fresh, is given to every rank
         if trainer is not None and world_size > 1:
-            stamp = trainer.strategy.broadcast(stamp)
-        run_name = f"{stage}-{stamp}"
-        if self._exporter is None:
-            self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze,
-                                           timeout=self.timeout)
+            run_name = trainer.strategy.broadcast(run_name)
         run_dir = join_path(str(base), run_name)
         self._recorder = None
         self._aggregator = None
-        if not self._exporter.check_writable(run_dir):
+        if not (made is not None if rank == 0 else exporter.check_writable(run_dir)):
             self._warn_problems()
             return
         self._aggregator = self._new_aggregator(run_name, rank, world_size)
@@ -284,13 +284,18 @@ class StreamProfiler(Profiler):
 
     @override
     def teardown(self, stage: str | None) -> None:
+        self._end_stage()
+        super().teardown(stage)
+
+    def _end_stage(self) -> None:
+        """Finish the stage and close its exporter (its windows stay readable through ``windows`` and ``summary``
+        until the next stage starts)."""
         self._finish()
         exporter = getattr(self, "_exporter", None)
         if exporter is not None:
             self._exporter, self._last_exporter = None, exporter
             exporter.close(self.timeout)  # stops the analysis worker; a later stage starts a new one
             self._warn_problems(exporter)
-        super().teardown(stage)
 
     def __del__(self) -> None:
         """Nothing here waits: a window still open is handed to the exporter, which finishes it in the background
