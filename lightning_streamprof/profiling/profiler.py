@@ -357,6 +357,8 @@ class StreamProfiler(Profiler):
         exporter = self._exporter
         if recorder is None or exporter is None or self._global_rank != 0 or self._reported == recorder.run_dir:
             return
+        if exporter.full:  # already warned about; the report would not fit either
+            return
         run = run_results(exporter.results, recorder.run_name)
         if run is None:
             return

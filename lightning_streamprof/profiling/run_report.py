@@ -14,7 +14,7 @@ import msgspec
 
 from lightning_streamprof import names
 from lightning_streamprof.profiling.exporter import WindowResult
-from lightning_streamprof.profiling.storage import join_path
+from lightning_streamprof.profiling.storage import join_path, write_atomic
 from lightning_streamprof.results import RunResults, WindowResults
 
 
@@ -92,10 +92,8 @@ def _beside(path: str) -> list[str]:
 
 
 def _write(path: str, text: str) -> None:
-    import fsspec
-
-    with fsspec.open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    """Through a temporary name: an earlier file survives a failed write, and none is left cut off or empty."""
+    write_atomic(path, text.encode("utf-8"))
 
 
 def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None, notes: Sequence[str]) -> str | None:
