@@ -10,8 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Callable, Generator
-from pathlib import Path
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -19,6 +18,8 @@ from lightning.pytorch.profilers import Profiler
 from typing_extensions import override
 
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
+from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
+from lightning_streamprof.profiling.profiler_arguments import checked_arguments
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.run_name import new_run_name
 from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedule
@@ -114,7 +115,7 @@ class StreamProfiler(Profiler):
         profile_memory: Record allocations and frees (memory view).
         with_stack: Record Python source locations (hot source lines).
         with_flops: Estimate FLOPs of matrix multiplications and convolutions.
-        activities: ``"cpu"``/``"cuda"`` to trace; default CPU plus CUDA when available.
+        activities: A list of ``"cpu"``/``"cuda"`` to trace; default CPU plus CUDA when available.
         compress_level: ISA-L gzip level of the written traces (0 fastest .. 3 smallest).
         row_limit: Operators per window shown by :meth:`summary`.
         all_threads: Record the operators of every thread, not only the training loop's (where torch
@@ -140,7 +141,10 @@ class StreamProfiler(Profiler):
     an analysis that fails, are warnings; nothing waits in ``__del__`` and no temporary file is left behind.
 
     Raises:
-        ValueError: At construction, for a schedule that cannot work (e.g. ``active=0``).
+        TypeError: At construction, for an argument of the wrong type (``active=1.5``, ``dirpath=123``,
+            ``activities="cpu"``); the message names the parameter and the value.
+        ValueError: At construction, for a value out of range or a schedule that cannot work (``active=0``,
+            ``every=-1``, ``row_limit=-1``).
 
     Example::
 
@@ -150,7 +154,7 @@ class StreamProfiler(Profiler):
 
     def __init__(
         self,
-        dirpath: str | Path | None = None,
+        dirpath: str | os.PathLike[str] | None = None,
         filename: str | None = None,
         *,
         skip_first: int = 20,
@@ -163,7 +167,7 @@ class StreamProfiler(Profiler):
         profile_memory: bool = False,
         with_stack: bool = False,
         with_flops: bool = False,
-        activities: list[Activity] | None = None,
+        activities: Sequence[Activity] | None = None,
         compress_level: int = 2,
         row_limit: int = 10,
         analyze: bool = True,
@@ -173,31 +177,25 @@ class StreamProfiler(Profiler):
         gather_timeout: float = 30.0,
         timeout: float = 60.0,
     ) -> None:
+        args = checked_arguments(locals())
         super().__init__(dirpath=dirpath, filename=filename)
-        if every is None and max_overhead is None:
-            raise ValueError("StreamProfiler: `every=None` places windows by `max_overhead`; give one of them")
-        if max_overhead is not None and not 0 < max_overhead < 1:
-            raise ValueError(f"StreamProfiler: `max_overhead` must be in (0, 1), got {max_overhead}")
-        if not timeout > 0:
-            raise ValueError(f"StreamProfiler: `timeout` must be > 0 seconds, got {timeout}")
-        if not 0 <= compress_level <= 3:
-            raise ValueError(f"StreamProfiler: `compress_level` must be in 0..3 (ISA-L levels), got {compress_level}")
-        grid = warmup + active + _COST_TAIL_STEPS if every is None else every
-        self.schedule = WindowSchedule(skip_first=skip_first, warmup=warmup, active=active, every=grid, repeat=repeat)
-        self.max_overhead = max_overhead
+        grid = args.warmup + args.active + _COST_TAIL_STEPS if args.every is None else args.every
+        self.schedule = WindowSchedule(skip_first=args.skip_first, warmup=args.warmup, active=args.active,
+                                       every=grid, repeat=args.repeat)
+        self.max_overhead = args.max_overhead
         self.recording_options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
                                   "with_stack": with_stack, "with_flops": with_flops}
-        self.activities = activities
-        self.compress_level = compress_level
-        self.row_limit = row_limit
+        self.activities = args.activities
+        self.compress_level = args.compress_level
+        self.row_limit = args.row_limit
         self.analyze = analyze
         self.all_threads = all_threads
-        self.straggler_threshold = straggler_threshold
-        self.gather_after = gather_after
-        self.gather_timeout = gather_timeout
+        self.straggler_threshold = args.straggler_threshold
+        self.gather_after = args.gather_after
+        self.gather_timeout = args.gather_timeout
         self._aggregator: Any = None
-        self.timeout = timeout
-        self._user_dirpath = dirpath
+        self.timeout = args.timeout
+        self._user_dirpath = os.fspath(dirpath) if dirpath is not None else None
         self._exporter: TraceExporter | None = None
         self._last_exporter: TraceExporter | None = None  # the closed stage's, for `windows` and `summary`
         self._recorder: WindowRecorder | None = None
@@ -523,3 +521,6 @@ class streamprof(StreamProfiler):  # noqa: N801 - spelled as the short name it s
     (``from lightning_streamprof import StreamProfiler``), which defines this class. The class path form
     ``--trainer.profiler=lightning_streamprof.StreamProfiler --trainer.profiler.every=10`` always works.
     """
+
+
+register_cli_errors(StreamProfiler)
