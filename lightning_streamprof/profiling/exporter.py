@@ -166,7 +166,8 @@ class TraceExporter:
 
     def skipped(self) -> None:
         """Count a window skipped because the exporter was not :attr:`accepting` (warned about once)."""
-        self.problems.add("skipped", f"a window was skipped: {self.refusal or 'earlier traces are still being written'}")
+        reason = self.refusal or "earlier traces are still being written"
+        self.problems.add("skipped", f"a window was skipped: {reason}")
 
     def submit(self, local_path: str, identity: TraceIdentity, *, steps: tuple[int, int], global_step: int = 0) -> None:
         """Export the trace saved at ``local_path`` to ``identity.path`` (the window's recorded ``steps``:
