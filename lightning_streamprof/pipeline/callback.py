@@ -114,7 +114,7 @@ class StreamPipeline(Callback):
 
     Raises:
         ValueError: At construction for arguments out of range; at ``setup``, for a backbone with trainable
-            parameters or an unknown submodule.
+            parameters or an unknown submodule, or a second ``StreamPipeline`` in the Trainer.
 
     Example::
 
@@ -174,6 +174,11 @@ class StreamPipeline(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        pipelines = [cb for cb in trainer.callbacks if isinstance(cb, StreamPipeline)]
+        if stage == "fit" and len(pipelines) > 1:
+            raise ValueError(f"StreamPipeline: the Trainer has {len(pipelines)} StreamPipeline callbacks; each would"
+                             " stage the batches, one of them for nothing. Keep one (a config's `trainer.callbacks`"
+                             " and `--trainer.callbacks+=` add up).")
         if stage == "fit" and self.backbone_spec not in (None, False):
             name, module = resolve_backbone(pl_module, self.backbone_spec)  # type: ignore[arg-type]
             check_frozen(name, module)
