@@ -28,7 +28,8 @@ from lightning_streamprof.errors import is_disk_full
 from lightning_streamprof.profiling.counters import add_counters, utilization_counters
 from lightning_streamprof.profiling.deadline import DeadlineExceeded, call_with_deadline
 from lightning_streamprof.profiling.problems import Problems
-from lightning_streamprof.profiling.storage import ensure_dir, filesystem, join_path, write_atomic
+from lightning_streamprof.profiling.run_dir import make_fresh_dir
+from lightning_streamprof.profiling.storage import ensure_dir, write_atomic
 from lightning_streamprof.profiling.worker import AnalysisError, AnalysisWorker
 from lightning_streamprof.report.metrics import headline_metrics
 from lightning_streamprof.results import Result, TraceIdentity
@@ -117,20 +118,12 @@ class TraceExporter:
             self.problems.add("setup", f"cannot write traces to {directory}: {_reason(err)}; no window is recorded")
             return False
 
-    def make_run_dir(self, base: str, new_name: Callable[[], str], tries: int = 8) -> str | None:
-        """Make a run directory under ``base`` that did not exist before, named by ``new_name()``, within
-        ``timeout`` seconds; its name, or None (a problem noted) when none can be made."""
-        def make() -> str:
-            fs, root = filesystem(base)
-            for _ in range(tries):
-                name = new_name()
-                if not fs.exists(join_path(root, name)):
-                    fs.makedirs(join_path(root, name), exist_ok=True)
-                    return name
-            raise FileExistsError(f"{tries} fresh names were all taken")
-
+    def make_run_dir(self, base: str, new_name: Callable[[], str]) -> str | None:
+        """A run directory under ``base`` that did not exist before, named by ``new_name()``, made within ``timeout``
+        seconds; its name, or None (a problem noted) when none can be made."""
         try:
-            return call_with_deadline(make, self.timeout, f"the trace directory {base}")
+            return call_with_deadline(lambda: make_fresh_dir(base, new_name), self.timeout,
+                                      f"the trace directory {base}")
         except Exception as err:  # noqa: BLE001
             self.problems.add("setup", f"cannot write traces to {base}: {_reason(err)}; no window is recorded")
             return None

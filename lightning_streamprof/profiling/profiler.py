@@ -21,7 +21,7 @@ from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
 from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
 from lightning_streamprof.profiling.profiler_arguments import checked_arguments
 from lightning_streamprof.profiling.recorder import WindowRecorder
-from lightning_streamprof.profiling.run_name import new_run_name
+from lightning_streamprof.profiling.run_dir import new_run_name
 from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedule
 from lightning_streamprof.profiling.session import Activity, KinetoSession
 from lightning_streamprof.profiling.storage import join_path
@@ -139,6 +139,8 @@ class StreamProfiler(Profiler):
     Faults never stop training: an exception (or Ctrl+C) inside a window writes the window, cut short,
     before the exception goes on; a trace directory that cannot be written, fills up or stops answering, and
     an analysis that fails, are warnings; nothing waits in ``__del__`` and no temporary file is left behind.
+    One Kineto session records at a time: while a ``torch.profiler`` session of the program's own (or another
+    StreamProfiler's) is active, a window is not recorded (one warning) and that session is left untouched.
 
     Raises:
         TypeError: At construction, for an argument of the wrong type (``active=1.5``, ``dirpath=123``,

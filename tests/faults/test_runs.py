@@ -11,8 +11,7 @@ from helpers import TinyModel, fit
 
 from lightning_streamprof import StreamProfiler
 from lightning_streamprof.api import analyze_runs
-from lightning_streamprof.profiling.exporter import TraceExporter
-from lightning_streamprof.profiling.run_name import new_run_name
+from lightning_streamprof.profiling.run_dir import make_fresh_dir, new_run_name
 
 
 def profiler(directory, **kwargs):
@@ -43,9 +42,10 @@ def test_run_names_are_unique_within_a_millisecond():
 def test_an_existing_run_directory_is_never_reused(tmp_path):
     (tmp_path / "fit-taken").mkdir()
     names = iter(["fit-taken", "fit-free"])
-    exporter = TraceExporter(analyze=False)
-    assert exporter.make_run_dir(str(tmp_path), lambda: next(names)) == "fit-free"
+    assert make_fresh_dir(str(tmp_path), lambda: next(names)) == "fit-free"
     assert (tmp_path / "fit-free").is_dir()
+    with pytest.raises(FileExistsError):
+        make_fresh_dir(str(tmp_path), lambda: "fit-taken")
 
 
 class Failing(TinyModel):
