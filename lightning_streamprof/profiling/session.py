@@ -62,7 +62,8 @@ class Unrecorded:
 
 
 class KinetoSession:
-    """A ``torch.profiler.profile`` of one window, with the recording options of the profiler."""
+    """A ``torch.profiler.profile`` of one window, with the recording options of the profiler. It claims Kineto
+    when made (:class:`SessionBusy` while another session holds it) until it is saved or released."""
 
     def __init__(
         self,
@@ -132,7 +133,7 @@ class KinetoSession:
 
     def release(self) -> None:
         """End the session without saving (a prepared session must start to stop); best effort."""
-        if not self._held:
+        if not getattr(self, "_held", False):
             return
         try:
             if not self.recording:
@@ -152,9 +153,13 @@ class KinetoSession:
 
     def _let_go(self) -> None:
         """Give up the claim on Kineto (once)."""
-        if self._held:
+        if getattr(self, "_held", False):
             self._held = False
             _KINETO.release()
+
+    def __del__(self) -> None:
+        """A session dropped without :meth:`save` or :meth:`release` does not keep Kineto claimed."""
+        self._let_go()
 
 
 #: Kineto's log level above all of its messages (its levels go up to 5)

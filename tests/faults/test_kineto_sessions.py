@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+import torch
 from traces_on_disk import load_trace, step_numbers
+
+from lightning_streamprof.profiling.session import KinetoSession, SessionBusy
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "session_program.py")
 
@@ -48,3 +52,32 @@ def test_two_trainers_in_two_threads(tmp_path):
         spans.append(_recorded_span(trace))
     spans.sort()
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))  # never two at once
+
+
+def _session():
+    return KinetoSession(["cpu"], record_shapes=False, profile_memory=False, with_stack=False, with_flops=False,
+                         all_threads=False)
+
+
+def test_one_session_claims_kineto_until_it_is_saved():
+    first = _session()
+    with pytest.raises(SessionBusy, match="another StreamProfiler is recording in this process"):
+        _session()
+    first.start({}, rank=0, world_size=1)
+    torch.ones(4).sum()
+    path = first.save()
+    os.remove(path)
+    second = _session()  # free again
+    second.release()
+    dropped = _session()
+    del dropped  # a session dropped without save or release does not keep Kineto claimed
+    _session().release()
+
+
+def test_a_programs_own_session_is_left_untouched(tmp_path):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as theirs:
+        with pytest.raises(SessionBusy, match="a torch.profiler session of the program's own is active"):
+            _session()
+        torch.ones(4).sum()
+    theirs.export_chrome_trace(str(tmp_path / "theirs.json"))
+    assert any(e.get("name") == "aten::sum" for e in json.loads((tmp_path / "theirs.json").read_text())["traceEvents"])
