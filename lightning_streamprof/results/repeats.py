@@ -13,18 +13,17 @@ _NAMED = 3
 
 
 def repeated(run: str | None, results: Sequence[Result]) -> list[str]:
-    """One warning per kind of repeat among the traces of ``run`` (steps only where the rank is known); none when
-    every rank's windows and steps are distinct."""
+    """One warning per kind of repeat among the traces of ``run`` that StreamProfiler wrote (their window known;
+    steps only where the rank is known); none when every rank's windows and steps are distinct."""
     windows: dict[tuple[int | None, int], list[str]] = defaultdict(list)
     steps: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for r in results:
-        for t in r.traces:
-            if t.window is not None:
-                windows[(t.rank, t.window)].append(t.path)
-        rank = r.traces[0].rank if r.traces else None
-        if rank is not None:  # traces of unknown ranks may be several processes' steps
+        ours = [t for t in r.traces if t.window is not None]  # windows of StreamProfiler's runs only
+        for t in ours:
+            windows[(t.rank, t.window)].append(t.path)
+        if len(ours) == 1 and ours[0].rank is not None:  # another tool's traces may number steps per stage
             for s in r.steps.per_step:
-                steps[rank][s.step] += 1
+                steps[ours[0].rank][s.step] += 1
     name = f"run {run}" if run else "these traces"
     out = []
     twice = {key: paths for key, paths in windows.items() if len(paths) > 1}
