@@ -212,16 +212,22 @@ def read_trace(path: str) -> EventTable:
 
     Only a regular file is opened (a FIFO, a device or a socket is refused at once), no more than its size when
     opened is read, and a gzipped trace may inflate to :func:`~lightning_streamprof.trace.limits.inflate_limit`
-    bytes; :class:`TraceFormatError` names the file and the limit otherwise.
+    bytes; :class:`TraceFormatError` names the file and the limit otherwise (or says that memory ran out).
     """
     source = str(path)
-    with remote.opened(source) as f:
-        first = f.read(blocks.READ_SIZE)
-        if not first:
-            raise TraceFormatError(source, "empty file")
-        table = read_chunked(blocks.file_pieces(f.read, first, blocks.READ_SIZE), source,
-                             limit=inflate_limit(f.size), size=f.size)
-    if table is None:
+    size = None
+    try:
         with remote.opened(source) as f:
-            table = parse_document(f.read(), source=source)
-    return checked(table)
+            size = f.size
+            first = f.read(blocks.READ_SIZE)
+            if not first:
+                raise TraceFormatError(source, "empty file")
+            table = read_chunked(blocks.file_pieces(f.read, first, blocks.READ_SIZE), source,
+                                 limit=inflate_limit(size), size=size)
+        if table is None:
+            with remote.opened(source) as f:
+                table = parse_document(f.read(), source=source)
+        return checked(table)
+    except MemoryError:  # within the limits, yet more than this machine has
+        of = f" ({size} bytes)" if size is not None else ""
+        raise TraceFormatError(source, f"not enough memory to read it{of}") from None

@@ -98,3 +98,17 @@ def test_inflate_limit_is_configurable(tmp_path, monkeypatch):
         analyze(FIXTURE)
     monkeypatch.setenv("STREAMPROF_MAX_INFLATE", "20")
     assert analyze(FIXTURE).steps.count > 0
+
+
+def test_memory_that_runs_out(monkeypatch, capsys):
+    """Within the limits yet more than the machine has: one line, exit 2 (never "internal error: MemoryError")."""
+    from lightning_streamprof.cli import main
+    from lightning_streamprof.trace import reader
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(reader, "read_chunked", out_of_memory)
+    assert main(["analyze", FIXTURE]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"streamprof: error: {FIXTURE}: not enough memory to read it ({os.path.getsize(FIXTURE)} bytes)"]
