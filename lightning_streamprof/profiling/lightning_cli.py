@@ -18,7 +18,7 @@ def register(cls: type) -> None:
         return
     import jsonargparse
 
-    add_instantiator = getattr(jsonargparse, "add_instantiator", None)  # jsonargparse >= 4.40
+    add_instantiator = getattr(jsonargparse, "add_instantiator", None)  # older releases have none: a traceback
     if add_instantiator is not None:
         add_instantiator(_instantiate, cls, subclasses=True)
 
