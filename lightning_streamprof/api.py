@@ -8,6 +8,7 @@ from collections.abc import Callable
 import msgspec
 
 from lightning_streamprof.results import Result, RunResults, WindowResults, group_runs
+from lightning_streamprof.results.repeats import repeated
 from lightning_streamprof.trace import remote
 from lightning_streamprof.trace.identity import trace_identity
 from lightning_streamprof.trace.reader import TraceFormatError, read_trace
@@ -85,7 +86,8 @@ def analyze_runs(path: str | os.PathLike, progress: Progress | None = None) -> l
     """Every run under ``path``: its windows, each window's ranks, and the run's traces merged.
 
     A trace that cannot be read is left out and named in the ``warnings`` of its run's result (of every run's
-    when its run is unknown); :class:`TraceFormatError` when no trace can be read.
+    when its run is unknown); so is a window or a step that a rank has twice in one run (two runs written into one
+    directory under one name). :class:`TraceFormatError` when no trace can be read.
     ``progress(done, total, trace)`` is called before each trace is read (``done`` read so far) and once at the end.
     """
     from lightning_streamprof.analysis import combine
@@ -107,7 +109,8 @@ def analyze_runs(path: str | os.PathLike, progress: Progress | None = None) -> l
     for r in runs:
         skipped = [f"{e.source}: skipped: {e.reason}" for e in errors
                    if (owner := trace_identity(e.source, {}, root).run) == r.run or owner not in names]
-        merged = msgspec.structs.replace(r.merged, runs=names, warnings=[*r.merged.warnings, *skipped])
+        twice = repeated(r.run, [t for w in r.windows for t in w.ranks])
+        merged = msgspec.structs.replace(r.merged, runs=names, warnings=[*r.merged.warnings, *twice, *skipped])
         out.append(msgspec.structs.replace(r, merged=merged))
     return out
 

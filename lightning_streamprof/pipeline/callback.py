@@ -130,7 +130,7 @@ class StreamPipeline(Callback):
 
     Raises:
         ValueError: At construction for arguments out of range; at ``setup``, for a backbone with trainable
-            parameters or an unknown submodule.
+            parameters or an unknown submodule, or a second ``StreamPipeline`` in the Trainer.
 
     Example::
 
@@ -196,6 +196,11 @@ class StreamPipeline(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        pipelines = [cb for cb in trainer.callbacks if isinstance(cb, StreamPipeline)]
+        if stage == "fit" and len(pipelines) > 1:
+            raise ValueError(f"StreamPipeline: the Trainer has {len(pipelines)} StreamPipeline callbacks; each would"
+                             " stage the batches, one of them for nothing. Keep one (a config's `trainer.callbacks`"
+                             " and `--trainer.callbacks+=` add up).")
         if stage == "fit" and self._specs:
             for spec in self._specs:
                 check_frozen(*resolve(pl_module, spec))
