@@ -8,7 +8,9 @@
   (``vae.encode(x).latent_dist.sample() * scaling_factor``) and a frozen CLIP text encoder
   (``text_encoder(input_ids)[0]``) on the batch, noise and timesteps drawn in the step, a trainable
   ``UNet2DConditionModel``;
-- ``resnet50c``: a frozen torchvision ResNet-50 under ``torch.compile`` (inductor), normalised input, linear head.
+- ``resnet50c``: a frozen torchvision ResNet-50 under ``torch.compile`` (inductor), normalised input, linear head;
+- ``busy``: a loop that validates every 100 steps, checkpoints every 200, accumulates 2 batches, clips gradients
+  and schedules the learning rate, on a frozen torchvision ResNet-18 and a trainable MLP head.
 
 Data lives in a pool of host tensors (no loader work), so that the step is what is measured.
 """
@@ -143,4 +145,47 @@ def make(workload: str, length: int, image_size: int | None) -> tuple[L.Lightnin
         return LatentDiffusionFineTune(size), DictImages(length, size)
     if workload == "resnet50c":
         return CompiledResNet(), DictImages(length, image_size or 224)
+    if workload == "busy":
+        return BusyLoop(), DictImages(length, image_size or 224)
     raise KeyError(workload)
+
+
+class BusyLoop(FrozenParts):
+    """A training loop that does more than train: a frozen torchvision ResNet-18 and a trainable MLP head,
+    validation every 100 steps, a checkpoint every 200, gradient accumulation over 2 batches, gradient clipping,
+    an LR scheduler stepped per batch and ``self.log`` in the step (the Trainer's part: :func:`busy_trainer_options`)."""
+
+    frozen = ("backbone",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        import torchvision
+
+        self.backbone = torchvision.models.resnet18(weights=None)
+        self.backbone.fc = nn.Identity()
+        self.freeze_parts()
+        self.head = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+
+    def training_step(self, batch, batch_idx):
+        loss = nn.functional.cross_entropy(self.head(self.backbone(normalise(batch["image"]))), batch["label"])
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", nn.functional.cross_entropy(self.head(self.backbone(normalise(batch["image"]))),
+                                                         batch["label"]))
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.head.parameters(), lr=1e-3)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=1000)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def busy_trainer_options(checkpoint_dir: str) -> dict:
+    """The Trainer arguments and callbacks of :class:`BusyLoop` (steps counted in optimizer steps)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    return dict(val_check_interval=100, check_val_every_n_epoch=None, limit_val_batches=10, accumulate_grad_batches=2,
+                gradient_clip_val=1.0,
+                num_sanity_val_steps=0, enable_checkpointing=True,
+                callbacks=[ModelCheckpoint(dirpath=checkpoint_dir, every_n_train_steps=200, save_top_k=-1)])

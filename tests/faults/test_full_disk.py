@@ -52,7 +52,8 @@ def test_full_temporary_directory_beside_the_checkpoints(tmp_path, small_fs, mon
 
 
 def test_full_trace_store_ends_profiling(tmp_path, private_tmp, fault_store):
-    """The second window meets a full store: one warning, and the third window is not even recorded."""
+    """The second window meets a full store: one warning, and no window after the failure is known is recorded
+    (the third may already be recording while the second's write fails in the background)."""
     fault_store.writes_allowed = 1
     fault_store.failure = OSError(errno.ENOSPC, "No space left on device")
     prof = profiler("faultmem://bucket/run")
@@ -62,7 +63,7 @@ def test_full_trace_store_ends_profiling(tmp_path, private_tmp, fault_store):
     assert trainer.global_step == 30 and [w.first_step for w in prof.windows] == [3]
     warned = ours(caught)
     assert len(warned) == 1 and "No space left on device; no further window is recorded" in warned[0], warned
-    assert "2 x" not in prof.summary()  # one failed write (window 1), window 2 never recorded
+    assert "3 x" not in prof.summary()  # at most the write in flight fails too
     assert [k for k in fault_store.store if ".tmp-" in k] == [] and leftovers(private_tmp) == []
 
 

@@ -7,6 +7,7 @@ import gzip
 import json
 
 import lightning as L
+import pytest
 from pipeline_models import Net, loader
 
 from lightning_streamprof import StreamPipeline, StreamProfiler, analyze
@@ -41,3 +42,47 @@ def test_all_threads_with_profile_memory_warns_at_construction():
 
     with pytest.warns(UserWarning, match="torch records no memory event in a session of all threads"):
         StreamProfiler(all_threads=True, profile_memory=True)
+
+
+class PeakOverWindow(L.Callback):
+    """The allocator's own peak over the recorded steps of a window (reset as the first one starts)."""
+
+    def __init__(self, first: int, last: int) -> None:
+        self.first, self.last, self.peak = first, last, None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        import torch
+
+        if trainer.global_step == self.first:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        import torch
+
+        if trainer.global_step == self.last + 1:  # the step's counter moved on after its optimizer step
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("threaded", [True, False], ids=["thread", "inline"])
+def test_memory_peak_on_cuda_with_the_pipeline_equals_the_allocators(tmp_path, threaded):
+    import torch
+    from test_gpu import Resident
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x = torch.randint(0, 255, (64, 3, 64, 64), dtype=torch.uint8)
+    y = torch.randint(0, 4, (64, 64, 64))
+    profiler = StreamProfiler(dirpath=str(tmp_path), skip_first=20, warmup=1, active=3, every=0,
+                              profile_memory=True, max_overhead=None)
+    peak = PeakOverWindow(21, 23)
+    pipe = StreamPipeline(mode="on", staging_thread=threaded)
+    trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=40, callbacks=[pipe, peak], profiler=profiler,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Resident(), DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True, pin_memory=True))
+    result = analyze(str(tmp_path))
+    [gpu] = [d for d in result.memory.devices if d.device != "CPU"]
+    assert peak.peak is not None and abs(gpu.peak_allocated_bytes - peak.peak) <= 2**20, (gpu.peak_allocated_bytes,
+                                                                                          peak.peak)
+    assert len(gpu.curve) > 10 and pipe.staged_calls[0].hits > 30
