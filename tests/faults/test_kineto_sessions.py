@@ -42,8 +42,10 @@ def test_two_trainers_in_two_threads(tmp_path):
     result = run_program("threads", tmp_path)
     assert result["errors"] == []
     assert all(n >= 1 for n in result["windows"])
-    assert 1 <= len(result["warnings"]) <= 2  # at most one per profiler
-    assert all("another StreamProfiler is recording in this process" in w for w in result["warnings"])
+    busy = [w for w in result["warnings"] if "another StreamProfiler is recording in this process" in w]
+    assert 1 <= len(busy) <= 2  # at most one per profiler
+    # on a loaded machine a window may also be skipped while an earlier trace is still being written
+    assert all(w in busy or "earlier traces are still being written" in w for w in result["warnings"]), result
     spans = []
     for path in result["paths"]:
         trace = load_trace(path)
