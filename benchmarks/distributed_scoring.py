@@ -60,7 +60,7 @@ def synthetic_windows(ranks: int, slow: int, steps: int = 3, calls: int = 20, la
 
 def run(ranks: int, steps: int, calls: int, repeat: int) -> dict:
     from lightning_streamprof.distributed.live import payload
-    from lightning_streamprof.distributed.scoring import score
+    from lightning_streamprof.analysis.scoring import score
     from lightning_streamprof.distributed.state import WindowTable, decode_state, merge_states
 
     rows = synthetic_windows(ranks, slow=ranks // 2 + 1, steps=steps, calls=calls)

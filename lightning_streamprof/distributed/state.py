@@ -2,7 +2,7 @@
 
 Every state is a list of tensors with ``dist_reduce_fx="cat"``: one entry per rank, so the gathered table is
 the concatenation of the ranks' rows and :meth:`WindowTable.compute` is a pure function of it
-(:func:`lightning_streamprof.distributed.scoring.score`). Strings (host, collective and group names) travel as
+(:func:`lightning_streamprof.analysis.scoring.score`). Strings (host, collective and group names) travel as
 UTF-8 bytes in a ``uint8`` state.
 
 The states are gathered by :mod:`.exchange` (the process group's store, with a timeout) and merged on rank 0
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torchmetrics import Metric
 
-from lightning_streamprof.distributed.scoring import THRESHOLD, score
+from lightning_streamprof.analysis.scoring import THRESHOLD, score
 from lightning_streamprof.results import CollectiveCalls, DistributedStats, RankWindow
 
 #: per-rank scalars: rank, world size (-1 unknown), window (-1 none), first step (-1 none), trimmed (0/1)

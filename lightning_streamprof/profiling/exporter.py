@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from isal import igzip
 
 from lightning_streamprof.profiling.counters import add_counters, utilization_counters
-from lightning_streamprof.profiling.deadline import DeadlineExceeded, call_with_deadline
+from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline
 from lightning_streamprof.profiling.problems import Problems
 from lightning_streamprof.profiling.storage import ensure_dir, write_atomic
 from lightning_streamprof.profiling.worker import AnalysisError, AnalysisWorker

@@ -3,7 +3,7 @@
 A :class:`RankWindow` is one rank's profiling window reduced to what the cross-rank analysis needs (a few KB:
 per-step times and one row per collective call); it is the row each rank sends to rank 0 during training and
 what a trace's own result carries. :class:`DistributedStats` is computed from a table of them by
-:func:`lightning_streamprof.distributed.scoring.score` (definitions in the module docs there).
+:func:`lightning_streamprof.analysis.scoring.score` (definitions in the module docs there).
 
 Times are integer nanoseconds unless named ``_ms`` (milliseconds per step, float).
 """

@@ -11,7 +11,7 @@ from multirank import rank_trace
 from lightning_streamprof.analysis import analyze_table
 from lightning_streamprof.distributed.exchange import StoreExchange
 from lightning_streamprof.distributed.live import LiveAggregator, payload, window_metrics
-from lightning_streamprof.distributed.scoring import score
+from lightning_streamprof.analysis.scoring import score
 from lightning_streamprof.distributed.state import WindowTable, decode_state, merge_states
 from lightning_streamprof.trace.identity import trace_identity
 

@@ -5,7 +5,7 @@ import sys
 import time
 
 from lightning_streamprof.distributed.live import PAYLOAD_LIMIT, payload
-from lightning_streamprof.distributed.scoring import score
+from lightning_streamprof.analysis.scoring import score
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "benchmarks"))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lightning_streamprof.analysis import intervals as iv
-from lightning_streamprof.distributed.explain import explain
+from lightning_streamprof.analysis.straggler_message import explain
 from lightning_streamprof.results import (
     CommOpStats,
     DistributedStats,
