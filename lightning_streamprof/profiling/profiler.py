@@ -252,9 +252,12 @@ class StreamProfiler(Profiler):
             return None
         from lightning_streamprof.distributed.live import make_aggregator
 
+        trainer = self._trainer()
+        per_host = int(getattr(trainer, "num_devices", 0) or 0) if trainer is not None else 0  # ranks per node
         return make_aggregator(run_name, rank, world_size, threshold=self.straggler_threshold,
                                gather_after=self.gather_after, timeout=self.gather_timeout,
-                               log_metrics=self._log_metrics, global_step=self._global_step)
+                               log_metrics=self._log_metrics, global_step=self._global_step,
+                               per_host=per_host or None)
 
     def _trainer(self) -> Any:
         module = getattr(self, "_lightning_module", None)

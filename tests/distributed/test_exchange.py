@@ -12,7 +12,8 @@ from lightning_streamprof.analysis import analyze_table
 from lightning_streamprof.distributed.exchange import StoreExchange
 from lightning_streamprof.distributed.live import LiveAggregator, payload, window_metrics
 from lightning_streamprof.analysis.scoring import score
-from lightning_streamprof.distributed.state import WindowTable, decode_state, merge_states
+from lightning_streamprof.distributed import wire
+from lightning_streamprof.distributed.state import WindowTable, merge_states
 from lightning_streamprof.trace.identity import trace_identity
 
 
@@ -102,6 +103,8 @@ def test_window_table_is_the_torchmetrics_declaration_of_the_rows():
         tables.append(table)
     assert all(table._reductions[name].__name__ == "dim_zero_cat" for name in tables[0]._defaults)
     merged = WindowTable(sync_on_compute=False)
-    merge_states(merged, [decode_state(payload(row)) for row in rows])
+    merge_states(merged, [t.metric_state for t in tables])
     assert merged.rows() == rows
     assert merged.compute() == score(rows)
+    # the live gather's bytes: the same rows
+    assert [wire.decode(payload(row)).to_windows()[0] for row in rows] == rows
