@@ -195,11 +195,14 @@ def _ranges(first: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def concat(tables: Sequence[RankTable]) -> RankTable:
-    """The rows of every table, in order, as one table (string tables merged, their columns re-indexed)."""
+    """The rows of every table, in order, as one table of int64 columns (string tables merged, their columns
+    re-indexed; the parts may hold narrower integer types, as :mod:`~lightning_streamprof.distributed.wire` reads
+    them)."""
     tables = [t for t in tables if len(t)]
     if not tables:
         return RankTable.empty()
-    if len(tables) == 1:
+    if len(tables) == 1 and all(getattr(tables[0], f.name).dtype == np.int64 for f in fields(RankTable)
+                                if f.name not in STRING_TABLES):
         return tables[0]
     merged: dict[str, dict[str, int]] = {table: {} for table in STRING_TABLES}
     remapped: dict[str, list[np.ndarray]] = {col: [] for col in STRING_COLUMNS}
@@ -213,8 +216,7 @@ def concat(tables: Sequence[RankTable]) -> RankTable:
     for f in fields(RankTable):
         if f.name in STRING_TABLES:
             out[f.name] = tuple(merged[f.name])
-        elif f.name in STRING_COLUMNS:
-            out[f.name] = np.concatenate(remapped[f.name])
         else:
-            out[f.name] = np.concatenate([getattr(t, f.name) for t in tables])
+            parts = remapped[f.name] if f.name in STRING_COLUMNS else [getattr(t, f.name) for t in tables]
+            out[f.name] = np.concatenate(parts, dtype=np.int64)
     return RankTable(**out)

@@ -104,20 +104,21 @@ def _calls(t: RankTable) -> _Calls:
     index = np.where(valid, step_first[row] + t.call_step, 0)
     step = np.where(valid, t.step_number[index], -1) if t.step_number.size else np.full(row.size, -1, _I64)
     key = _match_keys(t.seq, t.call_group, t.call_name, step, t.occurrence)
-    end = t.call_start + t.call_dur
+    del valid, index
     composite = key * max(len(t), 1) + row
+    ordered = np.sort(composite)
+    if not (ordered[1:] == ordered[:-1]).any():  # one event per call: the columns as they are, no copy
+        return _Calls(key=key, row=row, name=t.call_name, group=t.call_group, seq=t.seq, step=step,
+                      start=t.call_start, dur=t.call_dur, bytes=t.call_bytes, hidden=t.hidden)
     uniq, first, inverse = np.unique(composite, return_index=True, return_inverse=True)
-    if uniq.size == composite.size:  # one event per call
-        lo, hi, hidden = t.call_start[first], end[first], t.hidden[first]
-    else:
-        inverse = inverse.reshape(-1)
-        lo = np.full(uniq.size, np.iinfo(_I64).max)
-        hi = np.full(uniq.size, np.iinfo(_I64).min)
-        np.minimum.at(lo, inverse, t.call_start)
-        np.maximum.at(hi, inverse, end)
-        hidden = np.bincount(inverse, weights=np.maximum(t.hidden, 0), minlength=uniq.size).astype(_I64)
-        unknown = np.bincount(inverse, weights=t.hidden < 0, minlength=uniq.size) > 0
-        hidden[unknown] = -1
+    inverse = inverse.reshape(-1)
+    lo = np.full(uniq.size, np.iinfo(_I64).max)
+    hi = np.full(uniq.size, np.iinfo(_I64).min)
+    np.minimum.at(lo, inverse, t.call_start)
+    np.maximum.at(hi, inverse, t.call_start + t.call_dur)
+    hidden = np.bincount(inverse, weights=np.maximum(t.hidden, 0), minlength=uniq.size).astype(_I64)
+    unknown = np.bincount(inverse, weights=t.hidden < 0, minlength=uniq.size) > 0
+    hidden[unknown] = -1
     return _Calls(key=key[first], row=row[first], name=t.call_name[first], group=t.call_group[first],
                   seq=t.seq[first], step=step[first], start=lo, dur=hi - lo, bytes=t.call_bytes[first], hidden=hidden)
 
@@ -148,8 +149,10 @@ def _per_step(t: RankTable, calls: _Calls, wait: np.ndarray) -> _PerStep:
     offset = np.arange(n, dtype=_I64) * span - base
     lo, hi = t.step_start + offset[step_row], t.step_end + offset[step_row]
     shifted = calls.start + offset[calls.row]
-    coll = iv.integrate(*iv.merge(shifted, shifted + calls.dur), None, lo, hi)
-    sync = iv.integrate(*iv.merge(shifted, shifted + wait), None, lo, hi)
+    order = np.argsort(shifted, kind="stable")  # the same starts for both unions
+    starts = shifted[order]
+    coll = iv.integrate(*iv.merge_sorted(starts, starts + calls.dur[order]), None, lo, hi)
+    sync = iv.integrate(*iv.merge_sorted(starts, starts + wait[order]), None, lo, hi)
     return _PerStep(rank=t.rank[step_row], step_ns=hi - lo, comp=t.comp, comm=t.comm, overlap=t.overlap,
                     loader=t.dataloader, sync=sync.astype(_I64), transfer=(coll - sync).astype(_I64))
 
@@ -206,26 +209,26 @@ class _Window:
     matched: int
 
 
-def _late_starts(t: RankTable, calls: _Calls, wait: np.ndarray, matched: np.ndarray,
+def _late_starts(t: RankTable, calls: _Calls, transfer: np.ndarray, wait: np.ndarray, matched: np.ndarray,
                  window: int | None) -> list[LateStart]:
     out: list[LateStart] = []
     if not calls.key.size:
         return out
-    keys = np.unique(calls.key[matched >= 2])
-    order = np.lexsort((calls.dur, calls.key))
-    starts = np.flatnonzero(np.r_[True, np.diff(calls.key[order]) != 0])
-    first_of_key = dict(zip(calls.key[order[starts]].tolist(), order[starts].tolist()))
-    max_wait = np.zeros(int(calls.key.max()) + 1, _I64)
-    sum_wait = np.zeros_like(max_wait)
+    n = int(calls.key.max()) + 1
+    max_wait = np.zeros(n, _I64)
     np.maximum.at(max_wait, calls.key, wait)
-    np.add.at(sum_wait, calls.key, wait)
-    for k in keys[max_wait[keys] > 0].tolist():
-        i = first_of_key[k]
-        n = int(matched[i])
+    sum_wait = np.bincount(calls.key, weights=wait, minlength=n)
+    # the call of each key whose duration is the shortest (the first such row): the rank that arrived last
+    shortest = np.flatnonzero(calls.dur == transfer)
+    keys, first = np.unique(calls.key[shortest], return_index=True)
+    for k, i in zip(keys.tolist(), shortest[first].tolist()):
+        m = int(matched[i])
+        if m < 2 or max_wait[k] <= 0:
+            continue
         out.append(LateStart(window=window, step=int(calls.step[i]) if calls.step[i] >= 0 else None,
                              group=t.groups[calls.group[i]], seq=int(calls.seq[i]) if calls.seq[i] >= 0 else None,
-                             name=t.names[calls.name[i]], ranks=n, late_rank=int(t.rank[calls.row[i]]),
-                             max_wait_ns=int(max_wait[k]), mean_wait_ns=float(sum_wait[k]) / (n - 1)))
+                             name=t.names[calls.name[i]], ranks=m, late_rank=int(t.rank[calls.row[i]]),
+                             max_wait_ns=int(max_wait[k]), mean_wait_ns=float(sum_wait[k]) / (m - 1)))
     return out
 
 
@@ -259,7 +262,7 @@ def _score_window(t: RankTable, threshold: float, best: Mapping[int, float], wor
     hosts = dict(zip(t.rank.tolist(), (host_names[h + 1] for h in t.host.tolist())))
     window = int(t.window[0]) if len(t) and t.window[0] >= 0 else None
     stats = _ranks(per, hosts, window, individual, threshold)
-    late = _late_starts(t, calls, wait, matched, window)
+    late = _late_starts(t, calls, transfer, wait, matched, window)
     waits: dict[int, tuple[int, int]] = {}
     for ls in late:
         c, w = waits.get(ls.late_rank, (0, 0))
@@ -267,7 +270,7 @@ def _score_window(t: RankTable, threshold: float, best: Mapping[int, float], wor
     ops = _comm_ops(t, calls, np.where(matched >= 2, transfer, calls.dur))
     size = world_size or max(int(t.world_size.max(initial=0)), len(t))
     missing = sorted(set(range(size)) - set(t.rank.tolist()))
-    n_matched = int(np.unique(calls.key[matched >= 2]).size) if calls.key.size else 0
+    n_matched = int((np.bincount(calls.key) >= 2).sum()) if calls.key.size else 0
     waited = [WaitedFor(rank=k, collectives=c, wait_ns=w) for k, (c, w) in sorted(waits.items())]
     message = explain(stats, waited, n_matched, threshold)
     first_step = int(t.first_step[0]) if len(t) and t.first_step[0] >= 0 else None
@@ -283,10 +286,13 @@ def _comm_ops(t: RankTable, calls: _Calls, transfer: np.ndarray) -> list[CommOpS
     """One row per (rank, collective name): calls, bytes (of the calls whose size is known), times."""
     if not calls.row.size:
         return []
-    rank = t.rank[calls.row]
     width = max(len(t.names), 1)
-    keys, inverse = np.unique(rank * width + calls.name, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    dense = calls.row * width + calls.name  # (row, name) pairs; rows are the window's ranks in order
+    used = np.bincount(dense, minlength=len(t) * width)
+    keys = np.flatnonzero(used)
+    slot = np.zeros(used.size, _I64)
+    slot[keys] = np.arange(keys.size)
+    inverse = slot[dense]
 
     def total(values: np.ndarray) -> np.ndarray:
         return np.bincount(inverse, weights=values.astype(np.float64), minlength=keys.size)
@@ -297,11 +303,12 @@ def _comm_ops(t: RankTable, calls: _Calls, transfer: np.ndarray) -> list[CommOpS
                             total(transfer).tolist())
     hidden, unknown = total(np.maximum(calls.hidden, 0)).tolist(), total(calls.hidden < 0).tolist()
     kinds = [kind(n) for n in t.names]
+    ranks = t.rank.tolist()
     out = []
     for i, k in enumerate(keys.tolist()):
         n, kn, name_id = int(n_calls[i]), int(n_known[i]), k % width
         h = None if unknown[i] else int(hidden[i])
-        out.append(CommOpStats(rank=k // width, name=t.names[name_id], calls=n,
+        out.append(CommOpStats(rank=ranks[k // width], name=t.names[name_id], calls=n,
                                total_bytes=int(size[i]) if kn else None, mean_bytes=size[i] / kn if kn else None,
                                total_ns=int(latency[i]), mean_ns=latency[i] / n, transfer_ns=int(moved[i]),
                                mean_transfer_ns=moved[i] / n, kind=kinds[name_id], hidden_ns=h,
@@ -355,11 +362,14 @@ def score_table(table: RankTable, threshold: float = THRESHOLD, *, world_size: i
         for r in w.stats.ranks:
             if r.steps and r.median_own_ms > 0:
                 best[r.rank] = min(best.get(r.rank, r.median_own_ms), r.median_own_ms)
-    per = _PerStep(*(np.concatenate([getattr(w.per, f) for w in windows]) if windows else np.zeros(0, _I64)
-                     for f in _PerStep.__dataclass_fields__))
-    hosts = {k: v for w in windows for k, v in w.hosts.items()}
-    last_individual = {r.rank: r.individual_score for w in windows for r in w.stats.ranks}
-    ranks = _ranks(per, hosts, None, last_individual, threshold)
+    per = _PerStep(*(np.concatenate([getattr(w.per, f) for w in windows]) if len(windows) > 1 else
+                     getattr(windows[0].per, f) if windows else np.zeros(0, _I64) for f in _PerStep.__dataclass_fields__))
+    if len(windows) == 1:  # the run's numbers are the window's
+        ranks = [msgspec.structs.replace(r, window=None) for r in windows[0].stats.ranks]
+    else:
+        hosts = {k: v for w in windows for k, v in w.hosts.items()}
+        last_individual = {r.rank: r.individual_score for w in windows for r in w.stats.ranks}
+        ranks = _ranks(per, hosts, None, last_individual, threshold)
     waits: dict[int, tuple[int, int]] = {}
     for w in windows:
         for k, (c, t) in w.waits.items():

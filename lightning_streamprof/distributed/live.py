@@ -44,6 +44,10 @@ PAYLOAD_FLOOR = 2 * 1024
 DISTRIBUTED_FILE = "streamprof/distributed.json"
 #: above this world size, the per-rank metrics are logged for the stragglers only
 PER_RANK_METRICS_MAX = 256
+#: scored windows kept in :attr:`LiveAggregator.results` (the latest), and the most rank rows they may hold in all:
+#: a 16,384-rank window is about 30 MB of results, and each window's are in its ``streamprof/distributed.json``
+KEEP_WINDOWS = 64
+KEEP_RANK_ROWS = 65_536
 #: gathers a window may wait for a rank's late analysis before it is scored without that rank
 _PATIENCE = 2
 
@@ -157,7 +161,7 @@ class LiveAggregator:
         self.tree = TreeGather(exchange, HostLayout.of(self.world_size, per_host), exchange.timeout)
         self.threshold, self.gather_after = threshold, gather_after
         self._log_metrics, self._global_step = log_metrics, global_step
-        self.results: list[DistributedStats] = []  # rank 0: one per gathered window
+        self.results: list[DistributedStats] = []  # rank 0: the latest scored windows (see KEEP_WINDOWS)
         self.best_median_ms: dict[int, float] = {}
         self._due: dict[int, int | None] = {}  # window -> the step its gather happens at (None: at the end)
         self._dirs: dict[int, str] = {}  # window -> its directory
@@ -240,7 +244,7 @@ class LiveAggregator:
                 pending = self._pending.setdefault(window, _Pending(since=self._gathers))
                 pending.senders.update(senders)
                 if data:
-                    pending.tables.append(wire.decode(data))
+                    pending.tables.append(wire.decode(data, widen=False))
         for window in sorted(self._pending):
             pending = self._pending[window]
             if final or len(pending.senders) >= self.world_size or self._gathers - pending.since >= _PATIENCE:
@@ -249,6 +253,7 @@ class LiveAggregator:
 
     def _score(self, window: int, pending: _Pending) -> None:
         table = concat(pending.tables)
+        pending.tables.clear()
         if not len(table):
             warnings.warn(f"StreamProfiler: window {window}: no rank's analysis could be gathered", stacklevel=4)
             return
@@ -258,6 +263,9 @@ class LiveAggregator:
             if r.steps and r.median_own_ms > 0:
                 self.best_median_ms[r.rank] = min(self.best_median_ms.get(r.rank, r.median_own_ms), r.median_own_ms)
         self.results.append(stats)
+        while len(self.results) > 1 and (len(self.results) > KEEP_WINDOWS or
+                                         sum(len(r.ranks) for r in self.results) > KEEP_RANK_ROWS):
+            del self.results[0]
         self._log_metrics(window_metrics(stats), self._steps.pop(window, None) or self._global_step())
         if stats.message:
             warnings.warn(f"StreamProfiler: window {window}: {stats.message}", stacklevel=4)

@@ -53,8 +53,10 @@ def encode(table: RankTable, level: int = 6) -> bytes:
     return zlib.compress(msgspec.msgpack.encode(plain), level)
 
 
-def decode(data: bytes) -> RankTable:
-    """The table encoded by :func:`encode`; :class:`WireError` for anything else."""
+def decode(data: bytes, widen: bool = True) -> RankTable:
+    """The table encoded by :func:`encode`; :class:`WireError` for anything else. With ``widen`` False the
+    columns other than times keep their stored (narrower) integer types, as parts to
+    :func:`~lightning_streamprof.analysis.rank_table.concat` (which widens them): a fraction of the memory."""
     try:
         plain = msgspec.msgpack.decode(zlib.decompress(data))
         if plain.get("v") != VERSION:
@@ -65,8 +67,9 @@ def decode(data: bytes) -> RankTable:
             if f.name in STRING_TABLES:
                 continue
             dtype, raw = plain["columns"][f.name]
-            values = np.frombuffer(raw, dtype=np.dtype(dtype)).astype(np.int64)
-            out[f.name] = values + base if f.name in _TIMES else values
+            values = np.frombuffer(raw, dtype=np.dtype(dtype))
+            out[f.name] = (values.astype(np.int64) + base if f.name in _TIMES else
+                           values.astype(np.int64) if widen else values)
         return _checked(RankTable(**out))
     except WireError:
         raise
