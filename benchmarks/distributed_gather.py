@@ -156,11 +156,12 @@ def simulate(args: argparse.Namespace) -> dict:
     others = [a for a in aggs[1:] if not a.tree.is_leader()]
     dead_rank = args.ranks - args.per_host // 2 - 1 if args.per_host > 1 else args.ranks - 1
     first = (args.ranks // 4) // args.per_host * args.per_host  # a host away from the slow rank's
-    dead_host = set(range(first, first + args.per_host)) if args.per_host > 1 and args.ranks >= 4 * args.per_host else set()
-
-    plans = [("all present", set())] * (args.windows + 1) + [
-        ("dead rank", {dead_rank}), ("dead rank, next window", {dead_rank}), ("dead host", {dead_rank} | dead_host),
-        ("dead host, next window", {dead_rank} | dead_host)]  # the dead stay dead
+    dead_host = set(range(first, first + args.per_host)) if args.per_host > 1 and args.ranks >= 4 * args.per_host \
+        else set()
+    gone = {dead_rank} | dead_host  # the dead stay dead
+    plans = [("all present", set())] * args.windows + [
+        ("all present, under tracemalloc", set()), ("dead rank", {dead_rank}), ("dead rank, next window", {dead_rank}),
+        ("dead host", gone), ("dead host, next window", gone)]
     assert len(plans) == _windows(args)
     windows = []
     for n, (scenario, dead) in enumerate(plans):

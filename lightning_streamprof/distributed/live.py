@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import posixpath
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +31,7 @@ from lightning_streamprof.analysis.scoring import score_table
 from lightning_streamprof.distributed import wire
 from lightning_streamprof.distributed.exchange import StoreExchange
 from lightning_streamprof.distributed.tree import HostLayout, TreeGather
-from lightning_streamprof.results import DistributedStats, RankWindow, Result, to_json
+from lightning_streamprof.results import DistributedStats, RankWindow, Result, rank_ranges, to_json
 
 #: the largest payload a rank sends for one window
 PAYLOAD_LIMIT = 64 * 1024
@@ -47,7 +47,7 @@ PER_RANK_METRICS_MAX = 256
 #: scored windows kept in :attr:`LiveAggregator.results` (the latest), and the most rank rows they may hold in all:
 #: a 16,384-rank window is about 30 MB of results, and each window's are in its ``streamprof/distributed.json``
 KEEP_WINDOWS = 64
-KEEP_RANK_ROWS = 65_536
+KEEP_RANK_ROWS = 32_768
 #: gathers a window may wait for a rank's late analysis before it is scored without that rank
 _PATIENCE = 2
 
@@ -56,20 +56,6 @@ def payload_limit(world_size: int) -> int:
     """Bytes a rank may send for one window: :data:`PAYLOAD_LIMIT`, less in large worlds so that rank 0 receives
     at most :data:`GATHER_BUDGET` (never below :data:`PAYLOAD_FLOOR`)."""
     return max(PAYLOAD_FLOOR, min(PAYLOAD_LIMIT, GATHER_BUDGET // max(world_size, 1)))
-
-
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """``0-7, 12, 40-41``: ranks as runs (a silent host of 8 ranks is one item, not eight)."""
-    out: list[str] = []
-    ranks = sorted(set(ranks))
-    i = 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ", ".join(out)
 
 
 def window_metrics(stats: DistributedStats, prefix: str = "streamprof") -> dict[str, float]:

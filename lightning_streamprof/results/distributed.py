@@ -11,6 +11,8 @@ Times are integer nanoseconds unless named ``_ms`` (milliseconds per step, float
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 
@@ -180,3 +182,17 @@ class DistributedStats(_Struct):
     windows: list[DistributedWindow]
     missing_ranks: list[int] = []
     summaries: list[RankWindow] = []
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``0-7, 12, 40-41``: ranks as runs (a silent host of 8 ranks is one item, not eight)."""
+    out: list[str] = []
+    ranks = sorted(set(ranks))
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ", ".join(out)

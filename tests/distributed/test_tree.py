@@ -15,8 +15,9 @@ import torch.distributed as dist
 
 from lightning_streamprof.analysis.scoring import score
 from lightning_streamprof.distributed.exchange import StoreExchange
-from lightning_streamprof.distributed.live import LiveAggregator, payload_limit, rank_ranges, window_metrics
+from lightning_streamprof.distributed.live import LiveAggregator, payload_limit, window_metrics
 from lightning_streamprof.distributed.tree import HostLayout, TreeGather
+from lightning_streamprof.results import rank_ranges
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "benchmarks"))
@@ -170,3 +171,19 @@ def test_placement_agreed_through_the_hosts(store):
     for t in threads:
         t.join(60)
     assert answers == dict.fromkeys(range(world), 10)
+
+
+def test_rank_zero_keeps_the_latest_windows_only(store, monkeypatch):
+    """Each window's results are in its distributed.json; memory holds the latest few (a 16,384-rank window is
+    tens of MB)."""
+    import lightning_streamprof.distributed.live as live
+    from lightning_streamprof.analysis.rank_table import RankTable
+
+    monkeypatch.setattr(live, "KEEP_RANK_ROWS", 40)
+    agg = _aggregator(store, 0, WORLD, PER_HOST, [])
+    rows = synthetic_windows(WORLD, slow=9, steps=2, calls=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for window in range(5):
+            agg._score(window, live._Pending(since=0, tables=[RankTable.from_windows(rows)], senders=set(range(WORLD))))
+    assert len(agg.results) == 2 and agg.results[-1].stragglers == [9]  # 2 x 16 rows <= 40 < 3 x 16
