@@ -163,7 +163,11 @@ def run_scenario(args: argparse.Namespace, scenario: str, port: int) -> dict:
     if proc.returncode != 0:
         out.update(ok=False, error=proc.stderr[-3000:])
         return out
-    stats = analyze(os.path.join(run_dir, "traces")).distributed
+    try:
+        stats = analyze(os.path.join(run_dir, "traces")).distributed
+    except Exception as err:  # noqa: BLE001 - a scenario's failure is its result, the others still run
+        out.update(ok=False, error=f"reading the traces: {err}")
+        return out
     out["post_hoc"] = _summary(stats)
     live_path = os.path.join(run_dir, "live.json")
     if devices > 1 and os.path.exists(live_path):
@@ -222,8 +226,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--sleep-ms", type=float, default=100.0, help="rank 1's extra sleep per step")
-    parser.add_argument("--base-ms", type=float, default=None, help="every rank's sleep per step (default 20 on GPU,"
-                                                                    " 60 on CPU: shared-CPU jitter)")
+    parser.add_argument("--base-ms", type=float, default=None, help="every rank's sleep per step (default 40 on GPU,"
+                                                                    " 60 on CPU: jitter of a shared machine)")
     parser.add_argument("--width", type=int, default=None)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=None)
@@ -237,7 +241,7 @@ def main() -> int:
     cpu = args.accelerator == "cpu"
     args.width = args.width or (256 if cpu else 4096)
     args.batch = args.batch or (32 if cpu else 256)
-    args.base_ms = args.base_ms if args.base_ms is not None else (60.0 if cpu else 20.0)
+    args.base_ms = args.base_ms if args.base_ms is not None else (60.0 if cpu else 40.0)
     if args.worker:
         worker(args)
         return 0
