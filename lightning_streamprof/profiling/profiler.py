@@ -131,7 +131,8 @@ class StreamProfiler(Profiler):
             for others / its own) is below this is a straggler.
         gather_after: Steps after a window at which the ranks' summaries are gathered; ``None``: at the next
             window's first recorded step (or the end of the stage).
-        gather_timeout: Seconds rank 0 waits for the other ranks at a gather (then warns and goes on).
+        gather_timeout: Seconds rank 0 waits at a gather (each host's local rank 0 waits half of it for its ranks;
+            then warns and goes on).
         timeout: Seconds the profiler waits at most: for the trace directory at setup, for each trace write,
             and for pending exports at the end of a stage or at exit (then they are abandoned, with a warning).
 
