@@ -118,6 +118,7 @@ def _calls(t: RankTable) -> _Calls:
     np.maximum.at(hi, inverse, t.call_start + t.call_dur)
     hidden = np.bincount(inverse, weights=np.maximum(t.hidden, 0), minlength=uniq.size).astype(_I64)
     unknown = np.bincount(inverse, weights=t.hidden < 0, minlength=uniq.size) > 0
+    hidden = np.minimum(hidden, hi - lo)  # events of one call that overlap each other
     hidden[unknown] = -1
     return _Calls(key=key[first], row=row[first], name=t.call_name[first], group=t.call_group[first],
                   seq=t.seq[first], step=step[first], start=lo, dur=hi - lo, bytes=t.call_bytes[first], hidden=hidden)
