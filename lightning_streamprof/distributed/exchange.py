@@ -1,9 +1,9 @@
-"""A bounded gather through the process group's key-value store (``TCPStore``): ranks post, rank 0 waits.
+"""Posting and collecting through the process group's key-value store (``TCPStore``), every wait bounded.
 
-Posting never blocks (``store.set``); only the collecting rank waits, and ``store.wait(keys, timeout)``
-bounds that wait: a rank that does not answer is reported missing, and training goes on. No collective
+Posting never blocks (``store.set``); only a collecting rank waits, and ``store.wait(keys, timeout)`` bounds
+that wait: a rank that does not answer is left out, and training goes on. Keys read are deleted. No collective
 runs, so nothing enters the NCCL/gloo streams or the traces, and a rank that never reaches the gather cannot
-hang the others.
+hang the others. :mod:`.tree` builds the two-level gather on this.
 """
 
 from __future__ import annotations
