@@ -5,6 +5,7 @@ stage correctly or name the sharded backbone in one warning and compute it in th
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -14,19 +15,35 @@ import torch
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipeline_sharded_program.py")
 
 
-def _run(out, kind, pipeline, accelerator="cpu", staging="default"):
+def _start(out, kind, pipeline, accelerator="cpu", staging="default", port=None):
     os.makedirs(out, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"))}
     if accelerator == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    proc = subprocess.run([sys.executable, PROGRAM, str(out), kind, pipeline, accelerator, staging],
-                          capture_output=True, text=True, timeout=150, env=env)  # a hang fails here
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    if port is not None:
+        env["MASTER_PORT"] = str(port)
+    return out, subprocess.Popen([sys.executable, PROGRAM, str(out), kind, pipeline, accelerator, staging],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                 start_new_session=True)
+
+
+def _finish(started):
+    out, proc = started
+    try:
+        _, stderr = proc.communicate(timeout=150)  # a hang fails here
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the program and the rank it started
+        raise
+    assert proc.returncode == 0, stderr[-4000:]
     ranks = []
     for r in (0, 1):
         with open(os.path.join(out, f"rank{r}.json")) as f:
             ranks.append(json.load(f))
     return ranks
+
+
+def _run(*args, **kwargs):
+    return _finish(_start(*args, **kwargs))
 
 
 def _staged_and_equal(serial, pipelined):
@@ -50,8 +67,9 @@ def test_sharded_frozen_encoder_staged_and_equal_on_cpu(tmp_path, kind):
 def test_sharded_frozen_encoder_on_two_gpus_staged_or_named_never_a_hang(tmp_path):
     """FSDP2 with the staging thread: the encoder's all-gathers would be issued from that thread while the training
     thread issues the head's reduce-scatters, in an order that may differ between the ranks."""
-    serial = _run(tmp_path / "off", "fsdp2", "off", "gpu")
-    pipelined = _run(tmp_path / "thread", "fsdp2", "on", "gpu", "thread")
+    runs = [_start(tmp_path / "off", "fsdp2", "off", "gpu", port=29671),  # both at once, on the same two GPUs
+            _start(tmp_path / "thread", "fsdp2", "on", "gpu", "thread", port=29681)]
+    serial, pipelined = (_finish(r) for r in runs)
     named = [w for r in pipelined for w in r["warnings"] if "shard" in w.lower()]
     if named:  # refused: named once per rank at most, computed in the step, still equal
         assert all(len([w for w in r["warnings"] if "shard" in w.lower()]) <= 1 for r in pipelined)
