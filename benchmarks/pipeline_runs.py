@@ -13,12 +13,17 @@ and its median. Workloads (``examples/workloads.py``, written as people write th
 - ``resnet50``: a frozen torchvision ResNet-50 (``weights=None``, eval) with a linear head; ``training_step``
   normalises the uint8 224x224 batch before the backbone;
 - ``augment``: the GPU-augmentation classifier (per-sample crop, resize, rotation, blur, normalize in
-  ``on_after_batch_transfer``).
+  ``on_after_batch_transfer``);
+- ``vit``, ``vitff``, ``ldm``, ``resnet50c``: real model libraries called their own way (``zoo_workloads.py``):
+  a frozen timm ViT-S/16 linear probe through ``forward`` and through ``forward_features``/``forward_head``, a
+  latent-diffusion fine-tuning step (frozen diffusers VAE encoder and CLIP text encoder, trainable UNet), and a
+  frozen ResNet-50 under ``torch.compile``.
 
 A third field picks the precision (``bf16`` -> ``bf16-mixed``, ``16`` -> ``16-mixed``). Configurations:
 ``serial`` (no callback), ``auto`` (``StreamPipeline()``, no arguments), ``on`` (``mode="on"``: staging thread),
 ``on_inline``, ``on+graph`` (``cuda_graph=True``), ``copy`` (``backbone=False``, inline: the copy alone),
-``copy_nopin`` (the same, ``pin_memory=False``). ``--profile CONFIG,...`` adds a StreamProfiler window at step
+``copy_nopin`` (the same, ``pin_memory=False``); any of them with ``+streamprof`` (``auto+streamprof``) also
+runs the default ``StreamProfiler``, as ``profiler="streamprof"`` gives it. ``--profile CONFIG,...`` adds a StreamProfiler window at step
 ``--profile-at`` to those configurations' last round (its traces and summary under ``--out``).
 Under ``--devices 2`` Lightning's DDP launcher runs this script once per rank; rank 0 writes the results.
 """
@@ -32,6 +37,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +50,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from _bench import command_args  # noqa: E402
 from gpu_augmentation import Classifier, RandomImages  # noqa: E402
 from workloads import ArticleSegmenter, FrozenResNetClassifier, ResidentImages, SegmentationData  # noqa: E402
+import zoo_workloads  # noqa: E402
 
 from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
 
@@ -54,10 +61,13 @@ CONFIGS = {
     "on": {"mode": "on"},
     "on_inline": {"mode": "on", "staging_thread": False},
     "on+graph": {"mode": "on", "cuda_graph": True},
+    "on_eager": {"mode": "on", "cuda_graph": False},
     "copy": {"mode": "on", "backbone": False, "staging_thread": False},
     "copy_nopin": {"mode": "on", "backbone": False, "staging_thread": False, "pin_memory": False},
 }
 START = 10  # runs are timed from this step to their end
+ZOO = ("vit", "vitff", "ldm", "resnet50c", "busy")  # benchmarks/zoo_workloads.py
+WITH_PROFILER = "+streamprof"  # a configuration with this suffix also runs the default StreamProfiler
 
 
 class RunClock(L.Callback):
@@ -94,18 +104,23 @@ def _sync(trainer) -> None:
 
 
 def make(workload: str, batch: int, steps: int, world: int, workers: int, image_size: int | None):
-    n = batch * (steps + 2) * world
+    n = batch * (steps + 2) * world * (2 if workload == "busy" else 1)  # the busy loop accumulates 2 batches
     if workload == "article":
         data = SegmentationData(batch, image_size or 256, n, workers=workers)
         return ArticleSegmenter(), data.train_dataloader()
+    zoo = None
     if workload == "resnet50":
         data = ResidentImages(n, image_size or 224)
+    elif workload in ZOO:
+        zoo, data = zoo_workloads.make(workload, n, image_size)
     elif workload == "augment":
         data = RandomImages(n, image_size or 256)
     else:
         raise SystemExit(f"pipeline_runs: unknown workload {workload!r}")
     loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True,
                         pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
+    if zoo is not None:
+        return zoo, loader
     return (FrozenResNetClassifier() if workload == "resnet50" else Classifier(image_size or 256)), loader
 
 
@@ -116,25 +131,34 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     clock = RunClock()
     callbacks: list[L.Callback] = [clock]
     pipe = None
-    if CONFIGS[config] is not None:
-        pipe = StreamPipeline(**CONFIGS[config])
+    pipeline = CONFIGS[config.removesuffix(WITH_PROFILER)]
+    if pipeline is not None:
+        pipe = StreamPipeline(**pipeline)
         callbacks.insert(0, pipe)
     profiler = None
     if profile_dir:
         profiler = StreamProfiler(dirpath=profile_dir, skip_first=args.profile_at, warmup=2, active=3, every=0,
                                   max_overhead=None, with_stack=args.profile_stack)
+    elif config.endswith(WITH_PROFILER):  # the default profiler, as `profiler="streamprof"` gives it
+        profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"))
+    options = dict(enable_checkpointing=False, limit_val_batches=0)
+    val = None
+    if workload == "busy":
+        options = zoo_workloads.busy_trainer_options(tempfile.mkdtemp(prefix="ckpt-"))
+        callbacks += options.pop("callbacks")
+        val = DataLoader(zoo_workloads.DictImages(batch * 10, args.image_size or 224), batch_size=batch,
+                         num_workers=args.workers)
     trainer = L.Trainer(max_steps=args.steps, accelerator=args.accelerator, devices=args.devices,
                         strategy="ddp" if args.devices > 1 else "auto", precision=PRECISIONS[precision],
-                        callbacks=callbacks, logger=False, profiler=profiler, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, max_epochs=-1)
-    trainer.fit(model, loader)
+                        callbacks=callbacks, logger=False, profiler=profiler, enable_progress_bar=False,
+                        enable_model_summary=False, max_epochs=-1, **options)
+    trainer.fit(model, loader, val)
     out = {"rate": clock.rate, "mem_early_mb": clock.mem_early / 2**20, "mem_end_mb": clock.mem_end / 2**20,
            "rank": trainer.global_rank,
            "step_ms": [round((b - a) * 1e3, 3) for a, b in zip(clock.starts, clock.starts[1:])]}
     if pipe is not None:
         out["report"] = pipe.report()
-        proxy = pipe._proxy
-        out["staged_outputs_used"] = proxy.hits if proxy is not None else 0
+        out["staged_outputs_used"] = {c.label: c.hits for c in pipe.staged_calls}
         out["pipelined_steps"] = pipe.staged_batches
     if profiler is not None:
         out["summary"] = profiler.summary()
@@ -159,7 +183,7 @@ def main() -> None:
     args = p.parse_args()
     torch.backends.cudnn.benchmark = True
     configs = args.configs.split(",")
-    unknown = set(configs) - set(CONFIGS)
+    unknown = {c for c in configs if c.removesuffix(WITH_PROFILER) not in CONFIGS}
     if unknown:
         raise SystemExit(f"pipeline_runs: unknown configurations {sorted(unknown)}; known: {', '.join(CONFIGS)}")
     profiled = set(filter(None, args.profile.split(",")))

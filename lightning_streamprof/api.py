@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from lightning_streamprof.results import Result, RunResults, WindowResults, group_runs
+from lightning_streamprof.results.repeats import repeated
 from lightning_streamprof.trace import remote
 from lightning_streamprof.trace.identity import trace_identity
 from lightning_streamprof.trace.reader import TraceFormatError, read_trace
@@ -94,29 +95,32 @@ def _analyze_each(found: list[tuple[str, str | None]],
     return results, errors
 
 
-def _find_all(paths: list[str]) -> list[tuple[str, str | None]]:
-    """Every trace under each of ``paths`` with the directory it was found under; a file found twice (overlapping
-    paths) once."""
+def _find_all(paths: list[str]) -> tuple[list[tuple[str, str | None]], dict[str, int]]:
+    """Every trace under each of ``paths`` with the directory it was found under, and which of the paths it was
+    found under first; a file found twice (overlapping paths) once."""
     found: dict[str, str | None] = {}
-    for p in paths:
+    first: dict[str, int] = {}
+    for i, p in enumerate(paths):
         traces, root = find_traces(p)
         for t in traces:
             found.setdefault(t, root)
-    return list(found.items())
+            first.setdefault(t, i)
+    return list(found.items()), first
 
 
-def _one_per_rank(results: list[Result]) -> tuple[list[Result], list[str]]:
-    """Results with one trace per (run, window, global rank): a second trace of the same rank, e.g. a copy on
-    another host's disk, is left out and named."""
-    seen: dict[tuple, str] = {}
+def _one_per_rank(results: list[Result], source: dict[str, int]) -> tuple[list[Result], list[str]]:
+    """Results with one trace per (run, window, global rank) across the paths given: a rank's window found under
+    a second path (a copy on another host's disk) is left out and named. Repeats under one path stay: two runs
+    wrote into one directory under one name (:func:`~lightning_streamprof.results.repeats.repeated` names them)."""
+    seen: dict[tuple, tuple[int, str]] = {}
     kept, notes = [], []
     for r in results:
         t = r.traces[0]
-        key = (t.run, t.window, t.rank)
-        if t.rank is not None and key in seen:
-            notes.append(f"{t.path}: skipped: rank {t.rank} of window {t.window} is already read from {seen[key]}")
+        key, where = (t.run, t.window, t.rank), source.get(t.path, 0)
+        if t.rank is not None and key in seen and seen[key][0] != where:
+            notes.append(f"{t.path}: skipped: rank {t.rank} of window {t.window} is already read from {seen[key][1]}")
             continue
-        seen.setdefault(key, t.path)
+        seen.setdefault(key, (where, t.path))
         kept.append(r)
     return kept, notes
 
@@ -124,17 +128,18 @@ def _one_per_rank(results: list[Result]) -> tuple[list[Result], list[str]]:
 def analyze_runs(path: Paths, progress: Progress | None = None) -> list[RunResults]:
     """Every run under ``path`` (one directory, file or URL, or several of one run: each host's disk, prefixes):
     its windows, each window's ranks, and the run's traces merged. The traces of every path are merged by run,
-    window and global rank (a rank found twice is read once).
+    window and global rank (a rank's window found under two of the paths is read once).
 
     A trace that cannot be read is left out and named in the ``warnings`` of its run's result (of every run's
-    when its run is unknown); :class:`TraceFormatError` when no trace can be read.
+    when its run is unknown); so is a window or a step that a rank has twice in one run (two runs written into one
+    directory under one name). :class:`TraceFormatError` when no trace can be read.
     ``progress(done, total, trace)`` is called before each trace is read (``done`` read so far) and once at the end.
     """
     from lightning_streamprof.analysis import combine
 
-    found = _find_all(as_paths(path))
+    found, source = _find_all(as_paths(path))
     results, errors = _analyze_each(found, progress)
-    results, duplicates = _one_per_rank(results)
+    results, duplicates = _one_per_rank(results, source)
     roots = dict(found)
     runs = []
     for run, windows in group_runs(results).items():
@@ -151,7 +156,9 @@ def analyze_runs(path: Paths, progress: Progress | None = None) -> list[RunResul
     for r in runs:
         skipped = [f"{e.source}: skipped: {e.reason}" for e in errors
                    if (owner := trace_identity(e.source, {}, roots.get(e.source)).run) == r.run or owner not in names]
-        merged = msgspec.structs.replace(r.merged, runs=names, warnings=[*r.merged.warnings, *skipped, *duplicates])
+        twice = repeated(r.run, [t for w in r.windows for t in w.ranks])
+        merged = msgspec.structs.replace(r.merged, runs=names,
+                                         warnings=[*r.merged.warnings, *twice, *skipped, *duplicates])
         out.append(msgspec.structs.replace(r, merged=merged))
     return out
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Callable
 
@@ -27,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="trace file (.json or .json.gz) or directory of traces; several: one run's traces "
                               "from each host")
     analyze.add_argument("--json", action="store_true", help="print one JSON object (the documented contract)")
-    analyze.add_argument("--top", type=int, default=10, help="rows per table in the text report")
+    analyze.add_argument("--top", type=_at_least_one, default=10, help="rows per table in the text report")
     analyze.add_argument("--run", help="the run to report when the directory holds several (default: each run in "
                                        "the text report; --json needs one)")
     _add_report(sub)
@@ -65,7 +67,8 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
                          help="another directory or URL of B's run (another host's disk); repeatable")
     compare.add_argument("--run-a", help="the run of A, when A holds several")
     compare.add_argument("--run-b", help="the run of B, when B holds several")
-    compare.add_argument("--top", type=int, default=10, help="kernels of each side to compare (default: %(default)s)")
+    compare.add_argument("--top", type=_at_least_one, default=10,
+                         help="kernels of each side to compare (default: %(default)s)")
     compare.add_argument("-o", "--output", help="also write the comparison as a self-contained HTML file")
 
 
@@ -80,13 +83,13 @@ def _analyze(args: argparse.Namespace) -> int:
 
         from lightning_streamprof.results import to_json
 
-        sys.stdout.buffer.write(msgspec.json.format(to_json(results[0]), indent=2) + b"\n")
+        _print(msgspec.json.format(to_json(results[0]), indent=2) + b"\n")
     else:
         from lightning_streamprof.report.text import render_analysis
 
         windows = {r.run: r.windows for r in runs}
-        sys.stdout.write("\n\n".join(render_analysis(r, top=args.top, windows=windows.get(r.run, ()))
-                                     for r in results) + "\n")
+        _print("\n\n".join(render_analysis(r, top=args.top, windows=windows.get(r.run, ())) for r in results)
+               + "\n")
     return 0
 
 
@@ -104,15 +107,53 @@ class OutputError(ValueError):
 
 
 def _write_text(path: str, text: str) -> None:
-    import fsspec
+    """Write ``text`` to ``path`` (a local path or URL) through a temporary name: an earlier file survives a failed
+    write, and none is left cut off or empty."""
+    from lightning_streamprof.errors import describe
+    from lightning_streamprof.profiling.storage import write_atomic
 
+    try:
+        write_atomic(path, text.encode("utf-8"), make_parents=False)
+    except (OSError, ImportError, ValueError) as err:
+        raise OutputError(f"{path}: cannot write: {describe(err)}") from None
+
+
+def _print(text: str | bytes) -> None:
+    """Write ``text`` to stdout now; a write that fails (``> /dev/full``, a full disk) is an :class:`OutputError`.
+    A closed pipe is left to :func:`~lightning_streamprof.errors.run_command`."""
     from lightning_streamprof.errors import describe
 
     try:
-        with fsspec.open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except (OSError, ImportError, ValueError) as err:
-        raise OutputError(f"{path}: cannot write: {describe(err)}") from None
+        if isinstance(text, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(text)
+        else:
+            sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        _discard_stdout()
+        raise OutputError(f"<stdout>: cannot write: {describe(err)}") from None
+
+
+def _discard_stdout() -> None:
+    """Send what stdout still buffers to the null device, so that its flush at exit cannot fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _at_least_one(text: str) -> int:
+    """``--top``: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -130,7 +171,7 @@ def _report(args: argparse.Namespace) -> int:
     _warn([r.merged for r in runs])
     html = render_report(runs, label(args.path), pipeline=read_pipeline_notes(runs))
     _write_text(args.output, html)
-    print(f"Wrote {args.output}")
+    _print(f"Wrote {args.output}\n")
     return 0
 
 
@@ -143,10 +184,10 @@ def _compare(args: argparse.Namespace) -> int:
     b = select_run(_read_runs(side_b), args.run_b, side_b)
     _warn([a, b])
     comparison = compare(a, b, _label(side_a, args.run_a), _label(side_b, args.run_b), top=args.top)
-    sys.stdout.write(render_compare_text(comparison) + "\n")
+    _print(render_compare_text(comparison) + "\n")
     if args.output:
         _write_text(args.output, render_compare_html(comparison))
-        print(f"Wrote {args.output}")
+        _print(f"Wrote {args.output}\n")
     return 0
 
 

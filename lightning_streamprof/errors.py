@@ -47,6 +47,11 @@ def describe(err: BaseException) -> str:
     return one_line(f"{type(err).__name__}: {head}" if str(err).strip() else type(err).__name__)
 
 
+def is_disk_full(err: BaseException) -> bool:
+    """Whether ``err``, or an error it came from, says that the disk (or the quota) is full."""
+    return any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) for e in _chain(err))
+
+
 def run_command(command: Callable[[], int], expected: tuple[type[BaseException], ...], prog: str = "streamprof") -> int:
     """Run a command-line command and turn what it raises into one line on stderr and an exit status:
     ``expected`` errors (bad input: their message names the file) exit 2, Ctrl+C 130, a closed output pipe 0,

@@ -17,13 +17,13 @@ class TinyModel(BoringModel):
 def fit(profiler, tmp_path, max_steps=30, accelerator="cpu", model=None, **trainer_kwargs):
     trainer_kwargs.setdefault("limit_val_batches", 0)
     trainer_kwargs.setdefault("logger", False)
+    trainer_kwargs.setdefault("enable_checkpointing", False)
     trainer = L.Trainer(
         max_steps=max_steps,
         accelerator=accelerator,
         devices=1,
         profiler=profiler,
         default_root_dir=str(tmp_path),
-        enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
 

@@ -61,11 +61,43 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Revert:
-    """The chosen pipelined way ran slower than serial's trials in steady state, so serial took over."""
+    """The chosen pipelined way ran slower in steady state (``watched_ms`` over ``watch`` training steps) than
+    serial's trials, and serial, timed again beside it in paired trials (``serial_ms`` against ``way_ms``), was
+    not clearly slower: serial took over."""
 
     way: Way
-    steady_ms: float
+    watched_ms: float
+    way_ms: float
     serial_ms: float
+
+
+@dataclass
+class Span:
+    """A timed span of steps from a synchronised clock reading, less the steps left out (their unsynchronised
+    intervals)."""
+
+    t0: float = 0.0
+    wait0: float = 0.0
+    timed: int = 0
+    left_out: int = 0
+    skipped_s: float = 0.0
+    skipped_wait: float = 0.0
+
+    def add(self, left_out: bool, interval: float, waited: float) -> None:
+        if left_out:
+            self.left_out += 1
+            self.skipped_s += interval
+            self.skipped_wait += waited
+        else:
+            self.timed += 1
+
+    def per_step(self, now: float, wait: float) -> tuple[float, float]:
+        """ms per timed step and ms waited per timed step (every step, if all were left out)."""
+        if self.timed == 0:
+            steps = max(1, self.left_out)
+            return (now - self.t0) * 1e3 / steps, (wait - self.wait0) * 1e3 / steps
+        return ((now - self.t0 - self.skipped_s) * 1e3 / self.timed,
+                (wait - self.wait0 - self.skipped_wait) * 1e3 / self.timed)
 
 
 def trial_order(ways: Sequence[Way]) -> list[Way]:
@@ -90,9 +122,14 @@ class AutoSwitch:
     stays (a pipelined trial that drains the loader's queue looks faster than it can run). Each round that
     confirms the choice doubles the steps to the next (up to ``max_recheck``, default 8 x ``recheck``).
 
-    While a pipelined way runs, its steady state is timed every ``watch`` steps; a window slower than serial's
-    mean trial by more than ``margin`` hands over to serial until the next round, so that a misjudged trial
-    cannot keep training slower than serial for long.
+    While a pipelined way runs, its steady state is timed every ``watch`` training steps; a window slower than
+    serial's mean trial by more than ``margin`` is a suspicion, not evidence: a round of paired trials (the
+    choice and serial, timed alike) follows at once, and serial takes over (a :class:`Revert`) only if those
+    trials no longer find the choice clearly faster.
+
+    Only training is timed: a step the caller marks with :meth:`exclude` (a profiler window, validation, a
+    checkpoint, an epoch's end), and the step after it, are left out of trials and of the steady-state watch, and
+    a trial runs one step longer for each (up to twice its length).
 
     ``clock`` gives seconds (a fake one in tests); ``sync`` waits for the device before each reading;
     :meth:`waited` is told the seconds each step waited for the loader; ``reduce`` averages timings across
@@ -130,8 +167,13 @@ class AutoSwitch:
         self._times: dict[Way, list[float]] = {}
         self._waits: list[float] = []
         self._cut: list[Way] = []
+        self._exclude = 0  # intervals still to leave out (the marked step and the one after it)
+        self._mark = self._wait_mark = 0.0  # clock and loader wait at the last step (unsynchronised)
+        self._span = Span()  # the trial's or the watch window's timed span
+        self._clocked = False  # whether the trial's timed span has started
+        self._extended = 0  # steps added to the current trial for the steps left out
+        self._suspect: tuple[Way, float] | None = None  # the steady-state window that asked for paired trials
         self._watch_left = 0
-        self._w0 = 0.0
 
     @property
     def pipelined(self) -> bool:
@@ -145,13 +187,22 @@ class AutoSwitch:
         """The loop waited ``seconds`` for the loader in this step."""
         self._wait += seconds
 
+    def exclude(self) -> None:
+        """The step now running is not training alone: leave it (and the step after it) out of the timings."""
+        self._exclude = 2
+
     def step(self) -> Way:
         """Call once per training batch; returns the way for this batch's successor."""
+        now, wait = self.clock(), self._wait
+        interval, waited = now - self._mark, wait - self._wait_mark
+        self._mark, self._wait_mark = now, wait
+        left_out = self._exclude > 0
+        self._exclude = max(0, self._exclude - 1)
         self._left -= 1
         if self._phase >= 0:
-            self._trial_step()
+            self._trial_step(left_out, interval, waited)
         elif self.choice != SERIAL:
-            self._watch_step()
+            self._watch_step(left_out, interval)
         if self._left > 0:
             return self.choice
         if self._phase < 0:
@@ -180,12 +231,18 @@ class AutoSwitch:
         self._waits, self._cut = [], []
         self._enter(0)
 
-    def _trial_step(self) -> None:
-        done = self.trial - self._left
-        if done == self.settle:
-            self._start_clock()
-        elif done == self.settle + self.abort_after < self.trial and self._best_ms() is not None:
-            ms, wait = self._elapsed_ms(self.abort_after)
+    def _trial_step(self, left_out: bool, interval: float, waited: float) -> None:
+        if not self._clocked:
+            if self.trial - self._left >= self.settle:
+                self._start_clock()
+            return
+        span = self._span
+        span.add(left_out, interval, waited)
+        if left_out and self._extended < self.trial:
+            self._extended += 1
+            self._left += 1  # the trial still times ``trial - settle`` training steps
+        elif span.timed == self.abort_after and self._left > 0 and self._best_ms() is not None:
+            ms, wait = self._elapsed_ms()
             best = self._best_ms()
             if best is not None and ms > best * (1 + self.clear_loss):
                 self._cut.append(self._order[self._phase])
@@ -198,14 +255,14 @@ class AutoSwitch:
 
     def _start_clock(self) -> None:
         self.sync()
-        self._t0, self._wait0 = self.clock(), self._wait
+        self._span = Span(self.clock(), self._wait)
+        self._clocked = True
 
-    def _elapsed_ms(self, steps: int | None = None) -> tuple[float, float]:
-        """Mean ms per step and ms waited for the loader per step since the trial's clock started."""
+    def _elapsed_ms(self) -> tuple[float, float]:
+        """Mean ms per training step and ms waited for the loader per step since the trial's clock started."""
         self.sync()
-        steps = self.trial - self.settle if steps is None else steps
-        ms, wait = self.reduce([(self.clock() - self._t0) * 1e3 / steps, (self._wait - self._wait0) * 1e3 / steps])
-        return ms, wait
+        ms, wait = self._span.per_step(self.clock(), self._wait)
+        return tuple(self.reduce([ms, wait]))  # type: ignore[return-value]
 
     def _end_trial(self, ms: float, wait: float) -> None:
         way = self._order[self._phase]
@@ -234,6 +291,7 @@ class AutoSwitch:
 
     def _enter(self, phase: int) -> None:
         self._phase, self.choice, self._left = phase, self._order[phase], self.trial
+        self._clocked, self._extended = False, 0
         if self.settle == 0:  # timed from the switch itself
             self._start_clock()
 
@@ -257,28 +315,36 @@ class AutoSwitch:
             if way in cut:  # sits out 1, 3, 7, ... rounds as it keeps losing clearly
                 self.sitting_out[way] = 2 ** self._losses[way] - 1
         self.history.append(replace(m, choice=choice))
+        suspect, self._suspect = self._suspect, None
+        if suspect is not None and choice == SERIAL and suspect[0] in ms:
+            self.reverts.append(Revert(suspect[0], suspect[1], ms[suspect[0]], ms[SERIAL]))
+            confirmed = False
         self._settle_choice(choice, confirmed)
 
     def _settle_choice(self, choice: Way, confirmed: bool) -> None:
         self._reverts_seen = len(self.reverts)
         self.interval = min(2 * self.interval, self.max_recheck) if confirmed else self.recheck
         self._phase, self.choice, self._left = -1, choice, self.interval
-        self._watch_left = self.watch + self.settle  # the first window starts after the switch has settled
+        self._watch_left = self.settle  # the first window starts after the switch has settled
+        self._clocked = False
 
     # ------------------------------------------------------------------ steady state
 
-    def _watch_step(self) -> None:
-        self._watch_left -= 1
-        if self._watch_left == self.watch:
+    def _watch_step(self, left_out: bool, interval: float) -> None:
+        if self._watch_left > 0:
+            self._watch_left -= 1
+            return
+        if not self._clocked:
             self.sync()
-            self._w0 = self.clock()
-        elif self._watch_left == 0:
-            self.sync()
-            now = self.clock()
-            steady = self.reduce([(now - self._w0) * 1e3 / self.watch])[0]
-            serial = self.history[-1].serial_ms
-            if steady > serial * (1 + self.margin):
-                self.reverts.append(Revert(self.choice, steady, serial))
-                self.choice = SERIAL
-                self._left = min(self._left, self.recheck)  # trials again soon
-            self._w0, self._watch_left = now, self.watch
+            self._span = Span(self.clock(), self._wait)
+            self._clocked = True
+            return
+        self._span.add(left_out, interval, 0.0)
+        if self._span.timed < self.watch:
+            return
+        self.sync()
+        steady = self.reduce([self._span.per_step(self.clock(), self._wait)[0]])[0]
+        self._clocked = False
+        if steady > self.history[-1].serial_ms * (1 + self.margin):
+            self._suspect = (self.choice, steady)
+            self._left = 0  # paired trials now: the choice and serial, timed alike

@@ -14,24 +14,30 @@ from typing_extensions import override
 from lightning_streamprof.names import STAGE_NEXT_BATCH_ACTION, pl_range
 from lightning_streamprof.pipeline import explain
 from lightning_streamprof.pipeline import lightning_api as api
+from lightning_streamprof.pipeline import tree
 from lightning_streamprof.pipeline.auto import AutoSwitch, check_trial
-from lightning_streamprof.pipeline.backbone import (
-    BackboneProbe,
-    BackboneProxy,
-    check_frozen,
-    default_batch_input,
-    frozen_children,
-    resolve_backbone,
-)
-from lightning_streamprof.pipeline.derivation import Recipe
+from lightning_streamprof.pipeline.derivation import UserInput, amp_state
+from lightning_streamprof.pipeline.frozen import check_frozen, frozen_modules, resolve
 from lightning_streamprof.pipeline.graph import GraphedForward
+from lightning_streamprof.pipeline.probe import CallProbe, Findings
+from lightning_streamprof.pipeline.program import Arg, Program, StagedCall
+from lightning_streamprof.pipeline.proxy import CallProxies
 from lightning_streamprof.pipeline.staging import StagedBatch, Stager
 from lightning_streamprof.pipeline.thread import Fetched
 from lightning_streamprof.pipeline.way import SERIAL, Way, candidate_ways
 
 _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
-#: pipelined steps after which a backbone that never served a staged output is reported
+#: pipelined steps after which a staged call that never served its output is reported
 _SILENT_AFTER = 20
+BackboneSpec = str | nn.Module
+
+
+def default_batch_input(batch: Any) -> torch.Tensor:
+    """The first tensor of a batch: the tensor itself, ``batch[0]`` or the first tensor value of a dict."""
+    leaves = tree.leaves_with_paths(batch)
+    if leaves and len(leaves[0][0]) <= 1:
+        return leaves[0][1]
+    raise ValueError("StreamPipeline: cannot tell which tensor of the batch `augment` takes")
 
 
 def _replace_input(batch: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
@@ -53,77 +59,87 @@ def _check_count(name: str, value: Any, least: int) -> None:
 
 
 class StreamPipeline(Callback):
-    r"""Overlaps the next batch's host-to-device copy, GPU augmentation and frozen-backbone forward with the
+    r"""Overlaps the next batch's host-to-device copy, GPU augmentation and frozen modules' forward with the
     current training step, on a side CUDA stream. ``training_step`` stays unchanged.
 
     For batch N+1, while batch N trains: the batch is pinned and copied on the side stream, the module's or
     datamodule's ``on_after_batch_transfer`` (where Lightning users put GPU augmentation) and ``augment``
-    run there, then the frozen backbone's forward. The training stream waits for that work with an event and
-    takes the memory over with ``record_stream``. The hooks do not run again for that batch on Lightning's
-    normal path.
+    run there, then the frozen calls. The training stream waits for that work with an event and takes the
+    memory over with ``record_stream``. The hooks do not run again for that batch on Lightning's normal path.
 
-    The backbone and its input are found on the first training step: the frozen child module called with a
-    tensor made from the batch, where ``training_step`` may make it by the usual derivations (``.float()``,
-    ``.half()``, ``.to(dtype)``, scaling and normalisation by constants, ``contiguous()``, memory format); the
-    same derivation then runs on the staged batch. The backbone's ``forward`` is replaced (instance attribute;
-    the state dict is unchanged) by a proxy that returns the staged output for the step's call with that input
-    (checked equal on the first steps; a mismatch warns once and computes in the step from then on) and
-    computes normally for any other call. A backbone whose input cannot be staged is named in one warning, with
-    what differs and the fix; a run that serves no staged output says so.
+    The frozen calls are found on the first training step: every call of a frozen module (any depth; a
+    ``torch.compile`` wrapper included) through ``forward``/``__call__`` or another method of its own
+    (``forward_features``, ``forward_head``, ``encode``, ``get_image_features``, ...) whose arguments,
+    positional or keyword, are made from the batch (tensors, token ids, masks) or from an earlier frozen call's
+    output, by deterministic operations (dtype conversions, scaling and normalisation, indexing, reshaping,
+    interpolation, ...). Those calls are staged, in the step's order (``forward_head(forward_features(x))`` is
+    one staged unit), under the autocast state they ran in; their outputs, of any structure (tensors,
+    tuples, dicts, dataclasses, ``ModelOutput``), reach the step through the module's method, replaced on the
+    instance (the state dict is unchanged): a call with the staged arguments gets the staged output, any other
+    call computes normally. The first steps check the staged arguments and outputs against the step's own (a
+    mismatch warns once and computes that call in the step from then on). A frozen call that cannot be staged
+    (an argument made by a random draw, from trainable weights, or a call that draws random numbers itself) is
+    named in one warning with the reason and the fix; a run that serves no staged output says so.
 
     Results equal serial training when the augmentation draws from its own generator (the transforms of
     :mod:`lightning_streamprof.transforms` take one) and the hooks do not use the global RNG: running batch
-    N+1's hook before batch N's step changes the order in which the global RNG is consumed. For the same
-    reason ``trainer.global_step`` in those hooks is one less than in serial training.
+    N+1's hook before batch N's step changes the order in which the global RNG is consumed. Frozen calls that
+    draw random numbers are not staged, and random draws on their outputs (``latent_dist.sample()``) stay in the
+    step, so they consume the RNG as in serial training. ``trainer.global_step`` in the batch hooks is one less
+    than in serial training.
 
     ``mode="auto"`` times serial and pipelined steps after ``warmup`` steps (trials of ``trial`` steps: serial,
-    pipelined on the loop's thread, on the staging thread, and with a backbone found and ``cuda_graph=None``,
-    the backbone as a CUDA graph) and keeps the fastest (pipelined only if it beats serial on average by more
+    pipelined on the loop's thread, on the staging thread, and with frozen calls found and ``cuda_graph=None``,
+    the calls as a CUDA graph) and keeps the fastest (pipelined only if it beats serial on average by more
     than 2% and each of its trials beats each serial trial); a way that loses clearly is cut short and sits out
     later rounds. It measures again ``recheck`` steps later (an interval that doubles, up to 8x, while the
     trials confirm the choice), and watches the chosen way every 200 steps (slower than serial's trials by more
     than 2%: serial until the next trials). In DDP the timings are averaged over the ranks, so that every rank
     makes the same choice. On CPU the same logic runs in order without streams (``auto`` then stays serial).
-    :meth:`report` explains what was done; the decision is logged as ``streampipe/pipelined``,
-    ``streampipe/gain``, ``streampipe/threaded`` and ``streampipe/graphed``.
+    ``mode="on"`` stages on the staging thread with the frozen calls as a CUDA graph (with CUDA; eagerly, and
+    saying why, where the graph cannot be captured or differs from eager). :meth:`report` explains what was
+    done; the decision is logged as ``streampipe/pipelined``, ``streampipe/gain``, ``streampipe/threaded`` and
+    ``streampipe/graphed``.
 
     Args:
-        backbone: Frozen submodule to run ahead (dotted name or module). ``None`` finds a frozen child module
-            called with a tensor made from the batch; ``False`` runs no backbone ahead.
+        backbone: Frozen submodule(s) whose calls run ahead (a dotted name, a module, or a list of them).
+            ``None`` finds every frozen module the step calls with arguments made from the batch; ``False`` runs
+            no frozen call ahead.
         augment: Callable applied to the batch's input tensor after ``on_after_batch_transfer``, in
             training only (serial or pipelined).
         mode: ``"auto"``, ``"on"`` or ``"off"``.
-        backbone_input: Callable making the backbone's input from the (transferred) batch; default: found on
-            the first step.
+        backbone_input: Callable making the (single) ``backbone``'s input from the (transferred) batch; its
+            ``forward`` is then staged with that input. Default: found on the first step.
         pin_memory: Pin host tensors before the copy (needed for an asynchronous copy).
         depth: Batches staged ahead (N+1 .. N+depth). More absorbs uneven batch preparation; each staged
-            batch (and its backbone output) stays in device memory until its step.
-        cuda_graph: Capture the backbone's staged forward as a CUDA graph per input shape (fewer host
-            launches; also under Lightning's mixed precision; other shapes, and a forward that cannot be captured,
-            run eagerly). ``None``: measured as one more way in ``auto`` (with CUDA and a backbone), off in ``on``.
-        staging_thread: Stage on a background thread (pinning, hooks, copy and backbone launches leave the
-            training loop's thread; the loader is still read by the loop). The thread starts on batch N+1
-            when batch N's step reaches ``backward``, where the training thread waits in the autograd engine
-            without holding the GIL, and finishes before anything that follows the step. ``None``: with CUDA, on
-            for ``mode="on"`` and measured against staging on the loop's thread in ``auto``; off on CPU. Hooks
-            then run outside Lightning's hook dispatch (``self.log`` is not available in them, as in serial
-            training) and the batch hooks get profiler ranges of the same names.
+            batch (and its frozen outputs) stays in device memory until its step.
+        cuda_graph: Capture the staged frozen calls as one CUDA graph per input shape (fewer host launches;
+            also under Lightning's mixed precision; other shapes, and calls that cannot be captured, run
+            eagerly). ``None``: on with ``mode="on"``, measured as one more way in ``auto`` (with CUDA and
+            frozen calls).
+        staging_thread: Stage on a background thread (pinning, hooks, copy and launches leave the training
+            loop's thread; the loader is still read by the loop). The thread starts on batch N+1 when batch N's
+            step reaches ``backward``, where the training thread waits in the autograd engine without holding the
+            GIL, and finishes before anything that follows the step. ``None``: with CUDA, on for ``mode="on"`` and
+            measured against staging on the loop's thread in ``auto``; off on CPU. Hooks then run outside
+            Lightning's hook dispatch (``self.log`` is not available in them, as in serial training) and the batch
+            hooks get profiler ranges of the same names.
         warmup: Steps before ``auto``'s first trials.
         trial: Steps per trial (the first 3 are not timed).
         recheck: Steps from a decision to the next trials.
 
     Raises:
         ValueError: At construction for arguments out of range; at ``setup``, for a backbone with trainable
-            parameters or an unknown submodule.
+            parameters or an unknown submodule, or a second ``StreamPipeline`` in the Trainer.
 
     Example::
 
-        trainer = Trainer(callbacks=[StreamPipeline()])  # finds the frozen backbone
+        trainer = Trainer(callbacks=[StreamPipeline()])  # finds the frozen calls
     """
 
     def __init__(
         self,
-        backbone: str | nn.Module | None | Literal[False] = None,
+        backbone: BackboneSpec | list[BackboneSpec] | tuple[BackboneSpec, ...] | None | Literal[False] = None,
         augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
         mode: Literal["auto", "on", "off"] = "auto",
         backbone_input: Callable[[Any], torch.Tensor] | None = None,
@@ -141,11 +157,15 @@ class StreamPipeline(Callback):
             raise ValueError(f"StreamPipeline: `augment` must be callable, got {augment!r}")
         if backbone_input is not None and not callable(backbone_input):
             raise ValueError(f"StreamPipeline: `backbone_input` must be callable, got {backbone_input!r}")
+        specs = _backbone_specs(backbone)
+        if backbone_input is not None and (specs is None or len(specs) != 1):
+            raise ValueError("StreamPipeline: `backbone_input` needs one `backbone` (the module it is the input of)")
         check_trial(trial)
         _check_count("depth", depth, 1)
         _check_count("warmup", warmup, 0)
         _check_count("recheck", recheck, 1)
         self.backbone_spec = backbone
+        self._specs = specs  # None: find them; []: none
         self.augment = augment
         self.mode = mode
         self.backbone_input = backbone_input
@@ -156,16 +176,18 @@ class StreamPipeline(Callback):
         self._auto_args = dict(warmup=warmup, trial=trial, recheck=recheck)
         self._trainer: Trainer | None = None
         self._stager: Stager | None = None
-        self._probe: BackboneProbe | None = None
-        self._proxy: BackboneProxy | None = None
+        self._probe: CallProbe | None = None
+        self._program: Program | None = None
+        self._proxies: CallProxies | None = None
         self._auto: AutoSwitch | None = None
         self._way: Way = SERIAL
         self._delivered: Any = None
         self._exhausted = False
         self._orig_batch_hook: Callable[..., Any] | None = None
         self._disabled: str | None = None
-        self._not_staged: str | None = None
-        self._warned_silent = False
+        self._not_staged: list[str] = []
+        self._graph_way: str | None = None
+        self._warned_silent: set[int] = set()
         self._probe_batch: Any = None
         self.staged_batches = 0
         self.serial_batches = 0
@@ -174,9 +196,14 @@ class StreamPipeline(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if stage == "fit" and self.backbone_spec not in (None, False):
-            name, module = resolve_backbone(pl_module, self.backbone_spec)  # type: ignore[arg-type]
-            check_frozen(name, module)
+        pipelines = [cb for cb in trainer.callbacks if isinstance(cb, StreamPipeline)]
+        if stage == "fit" and len(pipelines) > 1:
+            raise ValueError(f"StreamPipeline: the Trainer has {len(pipelines)} StreamPipeline callbacks; each would"
+                             " stage the batches, one of them for nothing. Keep one (a config's `trainer.callbacks`"
+                             " and `--trainer.callbacks+=` add up).")
+        if stage == "fit" and self._specs:
+            for spec in self._specs:
+                check_frozen(*resolve(pl_module, spec))
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -193,49 +220,54 @@ class StreamPipeline(Callback):
         precision = trainer.precision_plugin
         self._stager = Stager(device, self.pin_memory, thread, convert=precision.convert_input,
                               before=lambda b: self._hook("on_before_batch_transfer", b, 0),
-                              transfer=lambda b: trainer.strategy.batch_to_device(b, dataloader_idx=0),
-                              forward_context=precision.forward_context)
-        self._way = Way(staged=True, thread=thread, graph=bool(self.cuda_graph) and cuda) if self.mode == "on" else SERIAL
+                              transfer=lambda b: trainer.strategy.batch_to_device(b, dataloader_idx=0))
+        graph = cuda and self.cuda_graph is not False
+        self._way = Way(staged=True, thread=thread, graph=graph) if self.mode == "on" else SERIAL
         self._auto = None
-        candidates = self._backbone_candidates(pl_module)
-        if self.backbone_input is not None and self.backbone_spec not in (None, False):
-            name, module = candidates[0]
-            self._install_proxy(name, module, Recipe(self.backbone_input, from_user=True))
-        elif candidates:
-            self._probe = BackboneProbe(candidates)
+        watched = self._watched(pl_module)
+        if self.backbone_input is not None:
+            name, module = watched[0]
+            with precision.forward_context():
+                amp = amp_state(device.type)
+            call = StagedCall(0, name, "forward", module, module.forward, tree.flatten(((torch.empty(0),), {}))[0],
+                              (Arg("equal", UserInput(self.backbone_input)),), amp)
+            self._install(Program([call], amp=amp))
+        elif watched:
+            self._probe = CallProbe(watched)
         self._start_auto_if_ready()
         self._orig_batch_hook = api.replace_batch_hook(pl_module, self._call_batch_hook)
 
-    def _backbone_candidates(self, pl_module: LightningModule) -> list[tuple[str, nn.Module]]:
-        if self.backbone_spec is False:
-            return []
-        if self.backbone_spec is not None:
-            return [resolve_backbone(pl_module, self.backbone_spec)]  # type: ignore[arg-type]
-        return frozen_children(pl_module)
+    def _watched(self, pl_module: LightningModule) -> list[tuple[str, nn.Module]]:
+        if self._specs is None:
+            return frozen_modules(pl_module)
+        return [resolve(pl_module, spec) for spec in self._specs]
 
-    def _install_proxy(self, name: str, module: nn.Module, recipe: Recipe) -> None:
-        assert self._stager is not None
-        if module.training:
-            rank_zero_warn(
-                f"StreamPipeline: backbone {name!r} is in training mode; its staged forward runs in that mode"
-                " (BatchNorm statistics, dropout). Call `.eval()` on it for identical results."
-            )
-        graph = None
-        if self._stager.cuda and self.cuda_graph is not False:
-            graph = GraphedForward(module.forward, defer=self._stager.inside_thread)
-        self._proxy = BackboneProxy(name, module, recipe, graph)
-        self._proxy.use_graph = self._way.graph
-        self._stager.proxy = self._proxy
+    def _install(self, program: Program) -> None:
+        stager = self._stager
+        assert stager is not None
+        for module, name in {id(c.module): (c.module, c.name) for c in program.calls}.values():
+            if module.training:
+                rank_zero_warn(
+                    f"StreamPipeline: frozen module {name!r} is in training mode; its staged calls run in that mode"
+                    " (BatchNorm statistics). Call `.eval()` on it for identical results."
+                )
+        if stager.cuda and self.cuda_graph is not False:
+            program.graph = GraphedForward(program.graph_forward, defer=stager.inside_thread,
+                                           on_failure=program.graph_failed)
+        self._program = program
+        self._proxies = CallProxies(program)
+        stager.program = program
+        stager.use_graph = self._way.graph
 
     def _start_auto_if_ready(self) -> None:
-        """Auto's ways are known once the backbone is (the graph way needs one)."""
+        """Auto's ways are known once the frozen calls are (the graph way needs them)."""
         trainer, stager = self._trainer, self._stager
         if self.mode != "auto" or self._probe is not None or trainer is None or stager is None:
             return
         if not (stager.cuda or not _AUTO_NEEDS_CUDA):
             return
         threaded = stager.executor is not None
-        graphable = self._proxy is not None and self._proxy.graphed is not None
+        graphable = self._program is not None and self._program.graph is not None
         ways = candidate_ways(inline=self.staging_thread is not True, thread=threaded,
                               graph=self.cuda_graph if graphable else False)
         sync = (lambda: torch.cuda.synchronize(trainer.strategy.root_device)) if stager.cuda else (lambda: None)
@@ -252,14 +284,36 @@ class StreamPipeline(Callback):
             return
         api.install_staging_fetcher(fetcher, self)
         self.on_epoch_iter(fetcher)
+        self._not_training()  # the epoch's first fetch may start the loader's workers
 
     # ------------------------------------------------------------------ around each step
+
+    def _not_training(self) -> None:
+        """The step now running does more than train (validation, a checkpoint, an epoch's end, a profiler's
+        window): ``auto`` leaves it out of its timings."""
+        if self._auto is not None:
+            self._auto.exclude()
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._probe is not None and not self._probe.watching:
             self._probe.start(batch)
             self._probe_batch = batch
+        if self._auto is not None and api.profiler_busy(trainer):
+            self._not_training()
+
+    @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.training or trainer.state.fn == "fit":
+            self._not_training()
+
+    @override
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._not_training()
+
+    @override
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._not_training()
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
@@ -272,82 +326,100 @@ class StreamPipeline(Callback):
         stager = self._stager
         if stager is None:
             return
+        if self._auto is not None and api.profiler_busy(trainer):
+            self._not_training()
         # staging overlaps the training step only: validation, checkpoints and epoch ends that follow see
         # no hook of the next batch running (its hooks see the trainer state of a training step)
         stager.resolve_all()
         self._finish_probe()
-        proxy = self._proxy
-        if proxy is not None:
-            proxy.serve(None, None)  # an output not used in its own step is never served later
-            graphed = proxy.graphed
-            if graphed is not None and graphed.pending and stager.stream is not None:
-                with torch.cuda.stream(stager.stream):  # no other thread stages now (see GraphedForward)
-                    graphed.capture_pending()
-            self._warn_if_silent(proxy)
+        program, proxies = self._program, self._proxies
+        if program is None or proxies is None:
+            return
+        proxies.serve(None, None)  # an output not used in its own step is never served later
+        graphed = program.graph
+        if graphed is not None and program.stale:
+            stager.wait_idle()  # no replay in flight while its memory pool is freed
+            graphed.release()  # captured again without the calls that stopped
+            program.stale = False
+        if graphed is not None and graphed.pending and stager.stream is not None:
+            with torch.cuda.stream(stager.stream):  # no other thread stages now (see GraphedForward)
+                graphed.capture_pending()
+        self._warn_if_silent(program)
 
     def _finish_probe(self) -> None:
         probe, stager = self._probe, self._stager
         if probe is None or not probe.watching or stager is None:
             return
-        probe.stop()
+        findings = probe.stop()
         self._probe = None
         batch, self._probe_batch = self._probe_batch, None
-        if probe.found is not None:
-            name, module, recipe = probe.found
-            self._install_proxy(name, module, recipe)
-            proxy = self._proxy
-            if proxy is not None and (self._way.graph or (self.mode == "auto" and self.cuda_graph is None)):
-                self._capture_graph_ahead(proxy, stager, batch)
-            for slot in stager.slots:  # batches staged before the backbone was known
+        self._explain_findings(findings)
+        program = findings.program
+        if program is not None:
+            self._install(program)
+            if program.graph is not None and (self._way.graph or (self.mode == "auto" and self.cuda_graph is None)):
+                self._capture_graph_ahead(program, stager, batch)
+            for slot in stager.slots:  # batches staged before the calls were known
                 if isinstance(slot, StagedBatch):
-                    stager.add_backbone(slot)
-        else:
-            self._explain_no_backbone(probe)
+                    stager.add_calls(slot)
         self._start_auto_if_ready()
 
-    def _capture_graph_ahead(self, proxy: BackboneProxy, stager: Stager, batch: Any) -> None:
-        """Capture the backbone's graph as soon as the first step has found it, from that step's batch, on the
+    def _capture_graph_ahead(self, program: Program, stager: Stager, batch: Any) -> None:
+        """Capture the calls' graph as soon as the first step has found them, from that step's batch, on the
         training thread: the graph's first use (the first batch staged on the staging thread, or auto's trial)
         replays, never runs eagerly on the staging thread (where cuDNN would tune every convolution again)."""
-        graphed, trainer = proxy.graphed, self._trainer
-        if graphed is None or trainer is None or stager.stream is None:
+        graphed = program.graph
+        if graphed is None or stager.stream is None or not program.roots:
             return
         try:
-            with trainer.precision_plugin.forward_context():
-                x = proxy.recipe(batch)
+            roots = program.root_values(batch)
         except Exception:  # noqa: BLE001 - the graph is captured when first used instead
             return
         stager.stream.wait_stream(torch.cuda.current_stream())
-        x.record_stream(stager.stream)
-        with torch.cuda.stream(stager.stream), trainer.precision_plugin.forward_context():
-            graphed.prepare(x)
+        for t in roots:
+            t.record_stream(stager.stream)
+        with torch.cuda.stream(stager.stream):
+            graphed.prepare(*roots)
+        if self.mode == "on" and self._way.graph:
+            self._graph_way = ("the staged calls replay a CUDA graph (checked equal to eager)" if graphed.captured
+                               else f"the staged calls run eagerly: {graphed.failure or 'no graph was captured'}")
+            rank_zero_info(f"StreamPipeline (on): {self._graph_way}.")
 
-    def _explain_no_backbone(self, probe: BackboneProbe) -> None:
-        fix = ("Pass `backbone_input=` (a function of the batch) or move the conversion into"
-               " `on_after_batch_transfer`.")
-        if self.backbone_spec is not None:
-            name = probe.candidates[0][0]
-            why = probe.refusals.get(name, "not called in the first training step")
-            self._not_staged = f"backbone {name!r} is {why}"
-            rank_zero_warn(f"StreamPipeline: {self._not_staged}; it runs in the step. {fix}")
-            return
-        derived = {n: r for n, r in probe.refusals.items() if "made from the batch" in r}
-        if derived:
-            name, why = next(iter(derived.items()))
-            self._not_staged = f"frozen module {name!r} is {why}"
-            rank_zero_warn(f"StreamPipeline: {self._not_staged}; no backbone runs ahead. {fix}")
-        else:
-            self._not_staged = "no frozen child module is called with a tensor made from the batch"
-            rank_zero_info(f"StreamPipeline: {self._not_staged}; no backbone runs ahead.")
+    def _explain_findings(self, found: Findings) -> None:
+        """One warning per frozen call that cannot be staged; one info line when there is nothing to stage."""
+        named = self._specs is not None
+        for label, (why, fix) in found.refused.items():
+            self._not_staged.append(f"`{label}` {why}")
+            rank_zero_warn(f"StreamPipeline: `{label}` {why}; it runs in the step. {fix}".rstrip())
+        for label, why in found.unrelated.items():
+            self._not_staged.append(f"`{label}` {why}")
+            if named:
+                rank_zero_warn(f"StreamPipeline: `{label}` {why}: nothing of it can be staged.")
+        if named:
+            assert self._trainer is not None
+            for spec in self._specs or ():
+                name = resolve(self._trainer.lightning_module, spec)[0]
+                if name not in found.called:
+                    self._not_staged.append(f"backbone {name!r} is not called in the first training step")
+                    rank_zero_warn(f"StreamPipeline: backbone {name!r} is not called in the first training step;"
+                                   " nothing of it is staged.")
+        elif found.program is None and not found.refused:
+            if found.unrelated:
+                text = "; ".join(f"`{label}` {why}" for label, why in found.unrelated.items())
+                rank_zero_info(f"StreamPipeline: no frozen call is staged: {text}.")
+            else:
+                self._not_staged.append("the training step calls no frozen module")
+                rank_zero_info("StreamPipeline: the training step calls no frozen module; only the batch is staged.")
 
-    def _warn_if_silent(self, proxy: BackboneProxy) -> None:
-        if self._warned_silent or proxy.hits or not proxy.active or self.staged_batches < _SILENT_AFTER:
+    def _warn_if_silent(self, program: Program) -> None:
+        if self.staged_batches < _SILENT_AFTER or (self._auto is not None and not self._auto.pipelined):
             return
-        if self._auto is not None and not self._auto.pipelined:
-            return
-        self._warned_silent = True
-        rank_zero_warn(f"StreamPipeline: backbone {proxy.name!r} served no staged output in {self.staged_batches}"
-                       " pipelined steps: `training_step` never called it with the staged input.")
+        for call in program.calls:
+            if call.hits or not call.active or call.index in self._warned_silent:
+                continue
+            self._warned_silent.add(call.index)
+            rank_zero_warn(f"StreamPipeline: `{call.label}` served no staged output in {self.staged_batches}"
+                           " pipelined steps: `training_step` never called it with the staged arguments.")
 
     def _shutdown(self) -> None:
         if self._probe is not None and self._probe.watching:
@@ -358,6 +430,8 @@ class StreamPipeline(Callback):
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._shutdown()
+        if self._proxies is not None:
+            self._proxies.remove()
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -368,8 +442,8 @@ class StreamPipeline(Callback):
         if self._orig_batch_hook is not None:
             api.restore_batch_hook(pl_module)
             self._orig_batch_hook = None
-        if self._proxy is not None:
-            self._proxy.remove()
+        if self._proxies is not None:
+            self._proxies.remove()
         self._delivered = None
         self._log_decision(final=True)
 
@@ -423,8 +497,8 @@ class StreamPipeline(Callback):
                 staged = stager.resolve(staged)
                 batch = staged.hand_over()
         self._delivered = batch
-        if self._proxy is not None:
-            self._proxy.serve(staged.backbone_input, staged.backbone_output)
+        if self._proxies is not None:
+            self._proxies.serve(batch, staged.run)
         self.staged_batches += 1
         while way.staged and not self._exhausted and len(stager.slots) < self.depth and self._next_allowed():
             self._stage_next(fetcher, base_next, way)
@@ -450,20 +524,20 @@ class StreamPipeline(Callback):
             way = auto.step()
             if len(auto.reverts) > reverted:
                 r = auto.reverts[-1]
-                self._log_decision(gain=r.serial_ms / r.steady_ms - 1.0)
+                self._log_decision(gain=r.serial_ms / r.way_ms - 1.0)
             elif len(auto.history) > decided:
                 self._log_decision()
                 self._release_unused_graph(way)
             self._way = way
         elif self.mode == "auto":
             self._way = SERIAL  # until auto's ways are known (or without CUDA)
-        if self._proxy is not None:
-            self._proxy.use_graph = self._way.graph
+        if self._stager is not None:
+            self._stager.use_graph = self._way.graph
         return self._way
 
     def _release_unused_graph(self, way: Way) -> None:
-        """Auto chose a way without the backbone's CUDA graph: free its memory until the next trials."""
-        graphed = self._proxy.graphed if self._proxy is not None else None
+        """Auto chose a way without the calls' CUDA graph: free its memory until the next trials."""
+        graphed = self._program.graph if self._program is not None else None
         if graphed is not None and not way.graph and self._stager is not None:
             self._stager.wait_idle()  # no replay in flight while its memory pool is freed
             graphed.release()
@@ -510,8 +584,14 @@ class StreamPipeline(Callback):
         return explain.report(explain.Facts(
             mode=self.mode, cuda=self._stager is not None and self._stager.cuda,
             way=None if self.mode == "auto" else self._way, depth=self.depth, staged_batches=self.staged_batches,
-            serial_batches=self.serial_batches, proxy=self._proxy, not_staged=self._not_staged,
-            disabled=self._disabled, auto=self._auto))
+            serial_batches=self.serial_batches, program=self._program,
+            misses=dict(self._proxies.misses) if self._proxies is not None else None,
+            not_staged=self._not_staged, disabled=self._disabled, auto=self._auto, graph_way=self._graph_way))
+
+    @property
+    def staged_calls(self) -> list[StagedCall]:
+        """The frozen calls that run ahead (found on the first step), with their counts."""
+        return list(self._program.calls) if self._program is not None else []
 
     def _log_decision(self, final: bool = False, gain: float | None = None) -> None:
         """Log the current choice; ``gain`` is the measured gain behind it (default: the last trials')."""
@@ -526,6 +606,19 @@ class StreamPipeline(Callback):
 
 #: ``auto`` measures only with CUDA (without streams nothing overlaps); tests of its logic lift this on CPU
 _AUTO_NEEDS_CUDA = True
+
+
+def _backbone_specs(backbone: Any) -> list[BackboneSpec] | None:
+    """The named frozen modules (``None``: find them; ``[]``: none)."""
+    if backbone is None:
+        return None
+    if backbone is False:
+        return []
+    specs = list(backbone) if isinstance(backbone, (list, tuple)) else [backbone]
+    if not specs or not all(isinstance(s, (str, nn.Module)) for s in specs):
+        raise ValueError(f"StreamPipeline: `backbone` must be a submodule name, a module, a list of them, None or"
+                         f" False, got {backbone!r}")
+    return specs
 
 
 def _rank_mean(trainer: Trainer) -> Callable[[list[float]], list[float]]:

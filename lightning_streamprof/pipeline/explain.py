@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lightning_streamprof.pipeline.auto import AutoSwitch
-from lightning_streamprof.pipeline.backbone import BackboneProxy
 from lightning_streamprof.pipeline.graph import GraphedForward
+from lightning_streamprof.pipeline.program import Program
 from lightning_streamprof.pipeline.way import Way
 
 
@@ -20,11 +20,12 @@ class Facts:
     depth: int
     staged_batches: int
     serial_batches: int
-    backbone: str | None = None  # the backbone's name, found or given
-    proxy: BackboneProxy | None = None
-    not_staged: str | None = None  # why no backbone runs ahead (found at the first step)
+    program: Program | None = None
+    misses: dict[str, int] | None = None  # calls of each staged ``module.method`` computed in the step
+    not_staged: list[str] | None = None  # frozen calls not staged, each with its reason
     disabled: str | None = None  # why the pipeline trained serially throughout
     auto: AutoSwitch | None = None
+    graph_way: str | None = None  # ``mode="on"``: whether the calls replay a CUDA graph, and why not
 
 
 def report(f: Facts) -> str:
@@ -37,19 +38,25 @@ def report(f: Facts) -> str:
     ahead = f" (up to {f.depth} ahead)" if f.depth > 1 else ""
     lines = [f"StreamPipeline ({f.mode}, {where}): {f.staged_batches} batches staged ahead{ahead},"
              f" {f.serial_batches} fetched serially"]
-    proxy = f.proxy
-    if proxy is not None:
-        made = "" if proxy.recipe.identity else f" (its input made from the batch by {proxy.recipe.describe()})"
-        lines.append(f"  backbone {proxy.name!r}{made}: {proxy.hits} staged outputs used, {proxy.misses} computed"
-                     " in the step")
-        if proxy.mismatch:
-            lines.append(f"  the backbone stopped running ahead: {proxy.mismatch}")
-        elif proxy.hits == 0 and f.staged_batches > 0:
-            lines.append("  no staged output was used: the backbone did not run ahead")
-        if proxy.graphed is not None:
-            lines.append(_graph_line(proxy.graphed))
-    elif f.not_staged:
-        lines.append(f"  no backbone runs ahead: {f.not_staged}")
+    program = f.program
+    if program is not None:
+        misses = dict(f.misses or {})
+        for call in program.calls:
+            made = call.derivations()
+            computed = misses.pop(call.label, 0)
+            lines.append(f"  staged `{call.label}`" + (f" ({made})" if made else "")
+                         + f": {call.hits} staged outputs used, {computed} computed in the step")
+            if call.mismatch:
+                lines.append(f"    it stopped running ahead: {call.mismatch}")
+            elif call.hits == 0 and f.staged_batches > 0:
+                lines.append("    no staged output was used: it did not run ahead")
+        if program.graph is not None:
+            lines.append(_graph_line(program.graph))
+            lines += [f"    {note}" for note in program.notes]
+        if f.graph_way:
+            lines.append(f"  {f.graph_way}")
+    for reason in f.not_staged or ():
+        lines.append(f"  not staged: {reason}")
     if f.auto is not None:
         lines += _auto_lines(f.auto)
     return "\n".join(lines)
@@ -57,7 +64,7 @@ def report(f: Facts) -> str:
 
 def _graph_line(graphed: GraphedForward) -> str:
     failed = f"; not capturable ({graphed.failure})" if graphed.failure else ""
-    return f"  CUDA graph: {graphed.replays} replays, {graphed.eager} eager calls{failed}"
+    return f"  CUDA graph of the staged calls: {graphed.replays} replays, {graphed.eager} eager runs{failed}"
 
 
 def _auto_lines(auto: AutoSwitch) -> list[str]:
@@ -71,8 +78,9 @@ def _auto_lines(auto: AutoSwitch) -> list[str]:
         lines.append(f"  measured ms/step: {ways}; best pipelined {100 * m.gain:+.1f}% (its slowest trial vs the"
                      f" fastest serial one {worst}){loader} -> {m.choice.label}")
     for r in auto.reverts:
-        lines.append(f"  steady state: {r.way.label} {r.steady_ms:.3f} ms/step, slower than serial's"
-                     f" {r.serial_ms:.3f} -> serial until the next trials")
+        lines.append(f"  steady state: {r.way.label} {r.watched_ms:.3f} ms/step over {auto.watch} training steps,"
+                     f" slower than serial's trials; timed again beside serial in paired trials: {r.way_ms:.3f}"
+                     f" against serial's {r.serial_ms:.3f} -> serial until the next trials")
     return lines
 
 

@@ -101,6 +101,18 @@ def _nothing() -> None:
     pass
 
 
+def profiler_busy(trainer: Trainer) -> bool:
+    """Whether the Trainer's profiler is recording now: a profiler that says so (``in_window``, as
+    :class:`~lightning_streamprof.StreamProfiler` does for its windows and the steps that pay for them), or one
+    driving a ``torch.profiler`` session (Lightning's ``PyTorchProfiler``) in a warm-up or recorded step."""
+    profiler = trainer.profiler
+    flag = getattr(profiler, "in_window", None)
+    if flag is not None:
+        return bool(flag)
+    action = getattr(getattr(profiler, "profiler", None), "current_action", None)
+    return action is not None and getattr(action, "name", "NONE") != "NONE"
+
+
 def batches_started(trainer: Trainer) -> int:
     """Batches before the current one in this epoch."""
     return trainer.fit_loop.epoch_loop.batch_progress.current.ready

@@ -4,7 +4,6 @@ slots until their step, and handed over to the training stream."""
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -12,16 +11,12 @@ from typing import Any, Callable
 
 import torch
 from lightning.fabric.utilities.apply_func import apply_to_collection
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_streamprof.names import STAGE_ON_THREAD_RANGE
-from lightning_streamprof.pipeline.backbone import BackboneProxy
+from lightning_streamprof.pipeline import tree
+from lightning_streamprof.pipeline.program import CallFailed, Program, StagedRun
 from lightning_streamprof.pipeline.thread import Fetched, StagingThread
-
-
-def tensors_in(obj: Any) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    apply_to_collection(obj, torch.Tensor, found.append)
-    return found
 
 
 def pin(batch: Any) -> Any:
@@ -33,15 +28,12 @@ def pin(batch: Any) -> Any:
 
 @dataclass
 class StagedBatch:
-    """A batch whose copy, augmentation and backbone forward were launched on the side stream.
-
-    ``backbone_input`` is the tensor the backbone was run on and ``backbone_output`` its result.
-    """
+    """A batch whose copy, augmentation and frozen calls were launched on the side stream; ``run`` holds the
+    frozen calls' outputs (``None`` before the calls are known)."""
 
     batch: Any
     ready: torch.cuda.Event | None = None
-    backbone_input: torch.Tensor | None = None
-    backbone_output: Any = None
+    run: StagedRun | None = None
     index: tuple = (0, 0)  # (batch_idx, dataloader_idx) as the fetcher returned them
 
     def hand_over(self) -> Any:
@@ -49,7 +41,8 @@ class StagedBatch:
         if self.ready is not None:
             stream = torch.cuda.current_stream()
             stream.wait_event(self.ready)
-            for t in tensors_in(self.batch) + tensors_in(self.backbone_output) + tensors_in(self.backbone_input):
+            staged = tree.tensors(self.batch) + (self.run.tensors() if self.run is not None else [])
+            for t in staged:
                 if t.is_cuda:
                     t.record_stream(stream)
         return self.batch
@@ -61,23 +54,22 @@ Slot = StagedBatch | Future | Fetched
 class Stager:
     """Prepares one batch at a time: ``convert`` (the precision plugin's input conversion), pinning,
     ``before(batch)`` (``on_before_batch_transfer``), ``transfer(batch)`` (the strategy's copy, which runs
-    ``on_after_batch_transfer``) and the backbone's forward, on ``stream`` (no stream on CPU).
+    ``on_after_batch_transfer``) and the program's frozen calls, on ``stream`` (no stream on CPU).
 
-    ``forward_context`` wraps the backbone's forward (the precision plugin's autocast); a forward that fails
-    stops the backbone running ahead, with one warning.
+    A frozen call that fails stops running ahead (with the calls that read its output), with one warning.
     """
 
     def __init__(self, device: torch.device, pin_memory: bool, thread: bool, convert: Callable[[Any], Any],
-                 before: Callable[[Any], Any], transfer: Callable[[Any], Any],
-                 forward_context: Callable[[], contextlib.AbstractContextManager]) -> None:
+                 before: Callable[[Any], Any], transfer: Callable[[Any], Any]) -> None:
         self.cuda = device.type == "cuda"
         self.stream = torch.cuda.Stream(device=device) if self.cuda else None
         if self.stream is not None:
             self.stream.wait_stream(torch.cuda.current_stream(device))
         self.executor = StagingThread(device) if thread else None
         self.pin_memory = pin_memory and self.cuda
-        self.convert, self.before, self.transfer, self.forward_context = convert, before, transfer, forward_context
-        self.proxy: BackboneProxy | None = None
+        self.convert, self.before, self.transfer = convert, before, transfer
+        self.program: Program | None = None
+        self.use_graph = False  # whether the program replays its CUDA graph (auto switches it per trial)
         self.slots: deque[Slot] = deque()
 
     def inside_thread(self) -> bool:
@@ -94,7 +86,7 @@ class Stager:
         with self._side():
             batch = self.transfer(self.before(batch))
             staged = StagedBatch(batch, index=tuple(item[1:]))
-            self._run_backbone(staged)
+            self._run_program(staged)
             self._mark_ready(staged)
         return staged
 
@@ -107,24 +99,24 @@ class Stager:
 
         return self.executor.submit(job)
 
-    def add_backbone(self, staged: StagedBatch) -> None:
-        """Run the backbone ahead for a batch staged before the backbone was known."""
-        if staged.backbone_output is None:
+    def add_calls(self, staged: StagedBatch) -> None:
+        """Run the frozen calls ahead for a batch staged before they were known."""
+        if staged.run is None:
             with self._side():
-                self._run_backbone(staged)
+                self._run_program(staged)
                 self._mark_ready(staged)
 
-    def _run_backbone(self, staged: StagedBatch) -> None:
-        proxy = self.proxy
-        if proxy is None or not proxy.active:
+    def _run_program(self, staged: StagedBatch) -> None:
+        program = self.program
+        if program is None or not program.active:
             return
         try:
-            with self.forward_context():
-                staged.backbone_input, staged.backbone_output = proxy.compute(staged.batch)
-        except Exception as err:  # noqa: BLE001 - the step computes it normally instead
-            proxy.mismatch = f"its staged forward failed ({type(err).__name__}: {err})".splitlines()[0]
-            warnings.warn(f"StreamPipeline: backbone {proxy.name!r}: {proxy.mismatch}; it runs in the step.",
-                          stacklevel=2)
+            staged.run = program.run(staged.batch, self.use_graph)
+        except CallFailed as failed:  # the step computes it normally instead
+            why = f"its staged call failed ({type(failed.error).__name__}: {failed.error})".splitlines()[0]
+            stopped = program.stop(failed.call, why)
+            others = "".join(f", `{c.label}`" for c in stopped if c is not failed.call)
+            rank_zero_warn(f"StreamPipeline: `{failed.call.label}`{others}: {why}; it runs in the step.")
 
     def _mark_ready(self, staged: StagedBatch) -> None:
         if self.stream is not None:

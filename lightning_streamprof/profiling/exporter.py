@@ -19,13 +19,16 @@ import os
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from isal import igzip
 
+from lightning_streamprof.errors import is_disk_full
 from lightning_streamprof.profiling.counters import add_counters, utilization_counters
 from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline
 from lightning_streamprof.profiling.problems import Problems
+from lightning_streamprof.profiling.run_dir import make_fresh_dir
 from lightning_streamprof.profiling.storage import ensure_dir, write_atomic
 from lightning_streamprof.profiling.worker import AnalysisError, AnalysisWorker
 from lightning_streamprof.report.metrics import headline_metrics
@@ -100,6 +103,7 @@ class TraceExporter:
         self._analyses: deque[_Job] = deque()
         self._jobs: list[_Job] = []  # handed over and not finished (written and analysed)
         self._store_timeouts = 0
+        self._full = False  # a write met a full disk or quota: no further window is recorded
         self._closed = False
         self._threads: list[threading.Thread] = []
         atexit.register(_finish_at_exit, weakref.ref(self))
@@ -114,18 +118,49 @@ class TraceExporter:
             self.problems.add("setup", f"cannot write traces to {directory}: {_reason(err)}; no window is recorded")
             return False
 
+    def make_run_dir(self, base: str, new_name: Callable[[], str]) -> str | None:
+        """A run directory under ``base`` that did not exist before, named by ``new_name()``, made within ``timeout``
+        seconds; its name, or None (a problem noted) when none can be made."""
+        try:
+            return call_with_deadline(lambda: make_fresh_dir(base, new_name), self.timeout,
+                                      f"the trace directory {base}")
+        except Exception as err:  # noqa: BLE001
+            self.problems.add("setup", f"cannot write traces to {base}: {_reason(err)}; no window is recorded")
+            return None
+
     @property
     def accepting(self) -> bool:
-        """Whether a new window may be recorded: the store answers and the backlog is short."""
+        """Whether a new window may be recorded: the store answers, has room, and the backlog is short."""
+        return self.refusal is None
+
+    @property
+    def full(self) -> bool:
+        """A write met a full disk (or quota): the store will not take further windows."""
+        return self._full
+
+    @property
+    def refusal(self) -> str | None:
+        """Why a new window may not be recorded now (None: it may)."""
         with self._cond:
-            return self._store_timeouts < MAX_STORE_TIMEOUTS and len(self._writes) < MAX_BACKLOG
+            if self._full:
+                return "the trace store is full"
+            if self._store_timeouts >= MAX_STORE_TIMEOUTS:
+                return "the trace store stopped answering"
+            if len(self._writes) >= MAX_BACKLOG:
+                return "earlier traces are still being written"
+            return None
 
     def skip(self, local_path: str) -> None:
         """Leave a recorded window unwritten (its temporary file removed) because the exporter is not
         :attr:`accepting`: a multi-rank run records the same windows on every rank, so its recorder skips a
         window here, after recording it, rather than before."""
         _remove(local_path)
-        self.problems.add("skipped", "a window was skipped: earlier traces are still being written")
+        self.skipped()
+
+    def skipped(self) -> None:
+        """Count a window skipped because the exporter was not :attr:`accepting` (warned about once)."""
+        reason = self.refusal or "earlier traces are still being written"
+        self.problems.add("skipped", f"a window was skipped: {reason}")
 
     def submit(self, local_path: str, identity: TraceIdentity, *, steps: tuple[int, int], global_step: int = 0) -> None:
         """Export the trace saved at ``local_path`` to ``identity.path`` (the window's recorded ``steps``:
@@ -268,7 +303,12 @@ class TraceExporter:
             self.problems.add("store-timeout", f"window {job.identity.window} not written: {err}")
             return
         except Exception as err:  # noqa: BLE001
-            self.problems.add("write", f"could not write {target}: {_reason(err)}")
+            if is_disk_full(err):
+                with self._cond:
+                    self._full = True
+                self.problems.add("full", f"could not write {target}: {_reason(err)}; no further window is recorded")
+            else:
+                self.problems.add("write", f"could not write {target}: {_reason(err)}")
             return
         with self._cond:
             self._store_timeouts = 0

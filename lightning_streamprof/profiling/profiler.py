@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import warnings
-from collections.abc import Callable, Generator
-from pathlib import Path
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import Profiler
+from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
+from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
+from lightning_streamprof.profiling.profiler_arguments import checked_arguments
 from lightning_streamprof.profiling.recorder import WindowRecorder
+from lightning_streamprof.profiling.run_dir import new_run_name
 from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedule
 from lightning_streamprof.profiling.session import Activity, KinetoSession
 from lightning_streamprof.profiling.storage import join_path
@@ -49,6 +51,13 @@ _COST_TAIL_STEPS = 2
 _TEXT_TAG = "streamprof/summary"
 #: windows (and distributed windows) the summary shows: the latest, so that it stays short in a long run
 _SUMMARY_WINDOWS = 3
+
+
+#: said once when the memory view makes a window record the training thread although batches are staged on another
+MEMORY_THREADS_NOTE = (
+    "StreamProfiler: profile_memory=True with batches staged on a thread: windows record the training thread (and"
+    " autograd's), not the staging thread, because torch drops every memory event of a session that records all"
+    " threads; the staged batches' memory still counts in every event's totals.")
 
 
 @runtime_checkable
@@ -114,7 +123,7 @@ class StreamProfiler(Profiler):
         profile_memory: Record allocations and frees (memory view).
         with_stack: Record Python source locations (hot source lines).
         with_flops: Estimate FLOPs of matrix multiplications and convolutions.
-        activities: ``"cpu"``/``"cuda"`` to trace; default CPU plus CUDA when available.
+        activities: A list of ``"cpu"``/``"cuda"`` to trace; default CPU plus CUDA when available.
         compress_level: ISA-L gzip level of the written traces (0 fastest .. 3 smallest).
         row_limit: Operators per window shown by :meth:`summary`.
         all_threads: Record the operators of every thread, not only the training loop's (where torch
@@ -139,9 +148,14 @@ class StreamProfiler(Profiler):
     Faults never stop training: an exception (or Ctrl+C) inside a window writes the window, cut short,
     before the exception goes on; a trace directory that cannot be written, fills up or stops answering, and
     an analysis that fails, are warnings; nothing waits in ``__del__`` and no temporary file is left behind.
+    One Kineto session records at a time: while a ``torch.profiler`` session of the program's own (or another
+    StreamProfiler's) is active, a window is not recorded (one warning) and that session is left untouched.
 
     Raises:
-        ValueError: At construction, for a schedule that cannot work (e.g. ``active=0``).
+        TypeError: At construction, for an argument of the wrong type (``active=1.5``, ``dirpath=123``,
+            ``activities="cpu"``); the message names the parameter and the value.
+        ValueError: At construction, for a value out of range or a schedule that cannot work (``active=0``,
+            ``every=-1``, ``row_limit=-1``).
 
     Example::
 
@@ -151,7 +165,7 @@ class StreamProfiler(Profiler):
 
     def __init__(
         self,
-        dirpath: str | Path | None = None,
+        dirpath: str | os.PathLike[str] | None = None,
         filename: str | None = None,
         *,
         skip_first: int = 20,
@@ -164,7 +178,7 @@ class StreamProfiler(Profiler):
         profile_memory: bool = False,
         with_stack: bool = False,
         with_flops: bool = False,
-        activities: list[Activity] | None = None,
+        activities: Sequence[Activity] | None = None,
         compress_level: int = 2,
         row_limit: int = 10,
         analyze: bool = True,
@@ -174,31 +188,30 @@ class StreamProfiler(Profiler):
         gather_timeout: float = 30.0,
         timeout: float = 60.0,
     ) -> None:
+        args = checked_arguments(locals())
         super().__init__(dirpath=dirpath, filename=filename)
-        if every is None and max_overhead is None:
-            raise ValueError("StreamProfiler: `every=None` places windows by `max_overhead`; give one of them")
-        if max_overhead is not None and not 0 < max_overhead < 1:
-            raise ValueError(f"StreamProfiler: `max_overhead` must be in (0, 1), got {max_overhead}")
-        if not timeout > 0:
-            raise ValueError(f"StreamProfiler: `timeout` must be > 0 seconds, got {timeout}")
-        if not 0 <= compress_level <= 3:
-            raise ValueError(f"StreamProfiler: `compress_level` must be in 0..3 (ISA-L levels), got {compress_level}")
-        grid = warmup + active + _COST_TAIL_STEPS if every is None else every
-        self.schedule = WindowSchedule(skip_first=skip_first, warmup=warmup, active=active, every=grid, repeat=repeat)
-        self.max_overhead = max_overhead
+        grid = args.warmup + args.active + _COST_TAIL_STEPS if args.every is None else args.every
+        self.schedule = WindowSchedule(skip_first=args.skip_first, warmup=args.warmup, active=args.active,
+                                       every=grid, repeat=args.repeat)
+        self.max_overhead = args.max_overhead
         self.recording_options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
                                   "with_stack": with_stack, "with_flops": with_flops}
-        self.activities = activities
-        self.compress_level = compress_level
-        self.row_limit = row_limit
+        self.activities = args.activities
+        self.compress_level = args.compress_level
+        self.row_limit = args.row_limit
         self.analyze = analyze
         self.all_threads = all_threads
-        self.straggler_threshold = straggler_threshold
-        self.gather_after = gather_after
-        self.gather_timeout = gather_timeout
+        self._said_memory_threads = False
+        if all_threads and profile_memory:
+            warnings.warn("StreamProfiler: `all_threads=True` with `profile_memory=True`: torch records no memory"
+                          " event in a session of all threads (pytorch/pytorch#166121), so the windows will have no"
+                          " memory view. Leave `all_threads=None` for the memory view.", stacklevel=2)
+        self.straggler_threshold = args.straggler_threshold
+        self.gather_after = args.gather_after
+        self.gather_timeout = args.gather_timeout
         self._aggregator: Any = None
-        self.timeout = timeout
-        self._user_dirpath = dirpath
+        self.timeout = args.timeout
+        self._user_dirpath = os.fspath(dirpath) if dirpath is not None else None
         self._exporter: TraceExporter | None = None
         self._last_exporter: TraceExporter | None = None  # the closed stage's, for `windows` and `summary`
         self._recorder: WindowRecorder | None = None
@@ -216,8 +229,9 @@ class StreamProfiler(Profiler):
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         stage = str(getattr(stage, "value", stage))  # TrainerFn enum -> "fit"
         super().setup(stage=stage, local_rank=local_rank, log_dir=log_dir)
-        self._finish()
+        self._end_stage()  # a stage that ended in an exception had no teardown
         self._failed = False
+        self._reported = self._report_path = self._run = None
         self._step_suffix = _STEP_ACTIONS.get(stage, "\0never")
         trainer = self._trainer()
         rank = int(getattr(trainer, "global_rank", 0)) if trainer is not None else 0
@@ -225,17 +239,16 @@ class StreamProfiler(Profiler):
         self._global_rank = rank
         base = self._user_dirpath if self._user_dirpath is not None else join_path(log_dir or os.getcwd(), "streamprof")
         self.dirpath = base
-        stamp = time.strftime("%Y%m%d-%H%M%S")
+        exporter = self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze,
+                                                  timeout=self.timeout)
+        made = exporter.make_run_dir(str(base), lambda: new_run_name(stage)) if rank == 0 else None
+        run_name = made or new_run_name(stage)  # rank 0's, fresh, is given to every rank
         if trainer is not None and world_size > 1:
-            stamp = trainer.strategy.broadcast(stamp)
-        run_name = f"{stage}-{stamp}"
-        if self._exporter is None:
-            self._exporter = TraceExporter(compress_level=self.compress_level, analyze=self.analyze,
-                                           timeout=self.timeout)
+            run_name = trainer.strategy.broadcast(run_name)
         run_dir = join_path(str(base), run_name)
         self._recorder = None
         self._aggregator = None
-        if not self._exporter.check_writable(run_dir):
+        if not (made is not None if rank == 0 else exporter.check_writable(run_dir)):
             self._warn_problems()
             return
         self._aggregator = self._new_aggregator(run_name, rank, world_size)
@@ -279,7 +292,21 @@ class StreamProfiler(Profiler):
         all_threads = self.all_threads
         if all_threads is None:
             all_threads = any(cb.stages_on_thread for cb in self._staging_callbacks())
+            if all_threads and self.recording_options["profile_memory"]:
+                # torch drops every memory event of a session that records all threads (pytorch/pytorch#166121):
+                # the memory view needs the training thread's session (autograd's threads are recorded too)
+                all_threads = False
+                if not self._said_memory_threads:
+                    self._said_memory_threads = True
+                    rank_zero_info(MEMORY_THREADS_NOTE)
         return KinetoSession(self.activities, all_threads=all_threads, **self.recording_options)
+
+    @property
+    def in_window(self) -> bool:
+        """Whether the current step is in a window or in the steps after it that pay for it (``StreamPipeline``'s
+        ``auto`` leaves those out of its timings)."""
+        recorder = getattr(self, "_recorder", None)
+        return recorder is not None and recorder.watching
 
     @override
     def describe(self) -> None:
@@ -288,13 +315,18 @@ class StreamProfiler(Profiler):
 
     @override
     def teardown(self, stage: str | None) -> None:
+        self._end_stage()
+        super().teardown(stage)
+
+    def _end_stage(self) -> None:
+        """Finish the stage and close its exporter (its windows stay readable through ``windows`` and ``summary``
+        until the next stage starts)."""
         self._finish()
         exporter = getattr(self, "_exporter", None)
         if exporter is not None:
             self._exporter, self._last_exporter = None, exporter
             exporter.close(self.timeout)  # stops the analysis worker; a later stage starts a new one
             self._warn_problems(exporter)
-        super().teardown(stage)
 
     def __del__(self) -> None:
         """Nothing here waits: a window still open is handed to the exporter, which finishes it in the background
@@ -356,12 +388,16 @@ class StreamProfiler(Profiler):
         exporter = self._exporter
         if recorder is None or exporter is None or self._global_rank != 0 or self._reported == recorder.run_dir:
             return
+        if exporter.full:  # already warned about; the report would not fit either
+            return
         run = run_results(exporter.results, recorder.run_name)
         if run is None:
             return
         self._reported = recorder.run_dir
         text = "\n".join(cb.report() for cb in self._staging_callbacks())
         notes = moved_notes(recorder.moves, exporter.results)
+        if self._said_memory_threads:
+            notes.append(MEMORY_THREADS_NOTE.removeprefix("StreamProfiler: "))
         if len(run.windows) < exporter.written:
             notes.append(f"This report holds the last {len(run.windows)} analysed of the {exporter.written} windows "
                          f"written; `streamprof report {recorder.run_dir}` reads them all.")
@@ -520,3 +556,6 @@ class streamprof(StreamProfiler):  # noqa: N801 - spelled as the short name it s
     (``from lightning_streamprof import StreamProfiler``), which defines this class. The class path form
     ``--trainer.profiler=lightning_streamprof.StreamProfiler --trainer.profiler.every=10`` always works.
     """
+
+
+register_cli_errors(StreamProfiler)

@@ -14,7 +14,7 @@ import torch
 from lightning_streamprof import names
 from lightning_streamprof.profiling.exporter import TraceExporter
 from lightning_streamprof.profiling.schedule import OverheadBudget, Phase, Window, WindowSchedule
-from lightning_streamprof.profiling.session import KinetoSession
+from lightning_streamprof.profiling.session import KinetoSession, SessionBusy, Unrecorded
 from lightning_streamprof.profiling.storage import join_path
 from lightning_streamprof.results import TraceIdentity
 
@@ -54,7 +54,7 @@ class WindowRecorder:
         self.watching = False  # inside a window or its cost tail: full action handling
         self._window: Window | None = schedule.window(0)
         self._warmup_start = self._window.warmup_start if self._window else math.inf
-        self._session: KinetoSession | None = None
+        self._session: KinetoSession | Unrecorded | None = None
         self._step_range: Any = None
         self._open_step = -1
         self._next_step = 0
@@ -146,24 +146,47 @@ class WindowRecorder:
             return
         phase = window.phase(step)
         if phase is not Phase.IDLE and self._session is None and step in (window.warmup_start, window.start):
-            # earlier windows are still being written, or the store is gone: skip this one. Not in a multi-rank
-            # run, whose windows are placed alike on every rank: there the window is recorded and left unwritten
+            # earlier windows are still being written, or the store is gone: skip this one (a full store ends
+            # profiling). Not in a multi-rank run, whose windows are placed alike on every rank: there the window
+            # is recorded and left unwritten
             if self._agree is None and not self.exporter.accepting:
-                self.exporter.problems.add("skipped", "a window was skipped: earlier traces are still being written")
+                if self.exporter.full:
+                    self.stop()
+                    return
+                self.exporter.skipped()
                 self._place_next(current=step + 1)
                 return
             self.watching = True
             self.budget.begin_window()
         if phase is Phase.WARMUP and self._session is None:
-            self._session = self._new_session()
+            self._session = self._open_session()
         elif phase is Phase.ACTIVE:
             if self._session is None:
-                self._session = self._new_session()
-            if not self._session.recording:
-                self._session.start(self._metadata(window), self.rank, self.world_size)
+                self._session = self._open_session()
+            if isinstance(self._session, KinetoSession) and not self._session.recording:
+                try:
+                    self._session.start(self._metadata(window), self.rank, self.world_size)
+                except SessionBusy as err:
+                    self._session = self._unrecorded(err)
             self._open_step = step
+            if not self._session.recording:  # nothing of ours enters another session's trace
+                if step + 1 >= window.stop:
+                    self.end_window()
+                return
             self._step_range = torch.autograd.profiler.record_function(names.step_name(self.offset + step))
             self._step_range.__enter__()
+
+    def _open_session(self) -> KinetoSession | Unrecorded:
+        """The window's Kineto session, or :class:`Unrecorded` while another session holds Kineto."""
+        try:
+            return self._new_session()
+        except SessionBusy as err:
+            return self._unrecorded(err)
+
+    def _unrecorded(self, err: SessionBusy) -> Unrecorded:
+        """The window goes by unrecorded (so windows stay placed alike on every rank); one warning says why."""
+        self.exporter.problems.add("busy", f"a window was not recorded: {err}")
+        return Unrecorded()
 
     # ------------------------------------------------------------------ windows
     def _metadata(self, window: Window) -> dict[str, Any]:
@@ -193,7 +216,7 @@ class WindowRecorder:
                 self.exporter.skip(local)
             else:
                 self.exporter.submit(local, identity, steps=steps, global_step=self._global_step())
-        else:  # the run ended during warm-up: nothing was recorded
+        else:  # the run ended during warm-up, or another session held Kineto: nothing was recorded
             session.release()
         self._windows_done += 1
         self.budget.end_window()

@@ -11,10 +11,11 @@ import warnings
 from collections.abc import Mapping, Sequence
 
 import msgspec
+from fsspec.core import split_protocol
 
 from lightning_streamprof import names
 from lightning_streamprof.profiling.exporter import WindowResult
-from lightning_streamprof.profiling.storage import join_path
+from lightning_streamprof.profiling.storage import join_path, write_atomic
 from lightning_streamprof.results import RunResults, WindowResults
 
 
@@ -92,10 +93,8 @@ def _beside(path: str) -> list[str]:
 
 
 def _write(path: str, text: str) -> None:
-    import fsspec
-
-    with fsspec.open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    """Through a temporary name: an earlier file survives a failed write, and none is left cut off or empty."""
+    write_atomic(path, text.encode("utf-8"))
 
 
 def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None, notes: Sequence[str]) -> str | None:
@@ -115,13 +114,26 @@ def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None,
     return path
 
 
+#: fsspec protocols whose files live in this process only: no other process (a command, a browser) can read them
+_IN_PROCESS = ("memory",)
+
+
 def next_commands(run_dir: str, report: str | None, log_dirs: Sequence[str] = ()) -> list[str]:
-    """The lines that end the summary: where the report is and what to run next."""
+    """The lines that end the summary: where the report is and what to run next (for traces kept in this process's
+    memory, what works there instead, and why)."""
     lines = []
+    tensorboard = command("tensorboard")
+    if split_protocol(run_dir)[0] in _IN_PROCESS:
+        lines.append(f"The traces and the report are in this process's memory ({run_dir}): another process (the"
+                     " streamprof command, a browser) cannot read them, and they go when this process ends.")
+        lines.append("Next, in this process:")
+        lines.append(f"  lightning_streamprof.analyze({run_dir!r})")
+        lines += [f"  {tensorboard} --logdir {d}" for d in log_dirs if split_protocol(d)[0] not in _IN_PROCESS]
+        return lines
     if report:
         lines.append(f"HTML report (open it in a browser): {report}")
     lines.append("Next:")
-    streamprof, tensorboard = command("streamprof"), command("tensorboard")
+    streamprof = command("streamprof")
     lines.append(f"  {streamprof} analyze {run_dir}")
     lines.append(f"  {streamprof} report {run_dir} -o report.html")
     lines += [f"  {tensorboard} --logdir {d}" for d in log_dirs]

@@ -9,6 +9,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
+from lightning_streamprof.profiling.arguments import check_int
+
 
 class Phase(enum.Enum):
     IDLE = "idle"
@@ -49,11 +51,8 @@ class WindowSchedule:
     repeat: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("skip_first", "warmup", "every", "repeat"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"WindowSchedule: `{name}` must be >= 0, got {getattr(self, name)}")
-        if self.active < 1:
-            raise ValueError(f"WindowSchedule: `active` must be >= 1, got {self.active}")
+        for name in ("skip_first", "warmup", "active", "every", "repeat"):
+            check_int("WindowSchedule", name, getattr(self, name), 1 if name == "active" else 0)
         if self.every and self.every < self.warmup + self.active:
             raise ValueError(
                 f"WindowSchedule: `every` ({self.every}) must be 0 (one window) or at least"

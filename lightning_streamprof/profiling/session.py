@@ -1,5 +1,10 @@
 """One Kineto (``torch.profiler``) session per window: prepared during warm-up, started for the recorded steps,
-stopped and saved to a local file by Kineto's own writer."""
+stopped and saved to a local file by Kineto's own writer.
+
+Kineto is one per process: a session claims it for the whole window (from its preparation to the end of its
+export), and is refused (:class:`SessionBusy`) while another StreamProfiler's session holds it or while a
+``torch.profiler`` session of the program's own is active, which is then left untouched.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -23,8 +29,41 @@ class ExportError(RuntimeError):
     """Kineto wrote no usable trace (it reports no error itself, e.g. when the temporary directory is full)."""
 
 
+class SessionBusy(RuntimeError):
+    """Another profiler session holds Kineto: the window records nothing (its message says whose session)."""
+
+
+#: held by the session of this process that is prepared, recording or saving (Kineto's state is per process)
+_KINETO = threading.Lock()
+
+
+def _foreign_session() -> bool:
+    """Whether a ``torch.profiler`` (or ``torch.autograd.profiler``) session not of ours is recording."""
+    return bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
+
+
+def _claim() -> None:
+    """Claim Kineto for one session; :class:`SessionBusy` when another session holds it."""
+    if not _KINETO.acquire(blocking=False):
+        raise SessionBusy("another StreamProfiler is recording in this process (another Trainer, e.g. in another"
+                          " thread)")
+    if _foreign_session():
+        _KINETO.release()
+        raise SessionBusy("a torch.profiler session of the program's own is active; it is left as it is")
+
+
+class Unrecorded:
+    """Stands for the session of a window that records nothing because another session holds Kineto."""
+
+    recording = False
+
+    def release(self) -> None:
+        """Nothing to end."""
+
+
 class KinetoSession:
-    """A ``torch.profiler.profile`` of one window, with the recording options of the profiler."""
+    """A ``torch.profiler.profile`` of one window, with the recording options of the profiler. It claims Kineto
+    when made (:class:`SessionBusy` while another session holds it) until it is saved or released."""
 
     def __init__(
         self,
@@ -36,21 +75,31 @@ class KinetoSession:
         with_flops: bool,
         all_threads: bool,
     ) -> None:
-        quiet_kineto()
-        self._prof = torch.profiler.profile(
-            activities=kineto_activities(activities),
-            record_shapes=record_shapes,
-            profile_memory=profile_memory,
-            with_stack=with_stack,
-            with_flops=with_flops,
-            experimental_config=_all_threads_config() if all_threads else None,
-        )
-        self._prof.prepare_trace()
         self.recording = False
+        _claim()
+        self._held = True
+        try:
+            quiet_kineto()
+            self._prof = torch.profiler.profile(
+                activities=kineto_activities(activities),
+                record_shapes=record_shapes,
+                profile_memory=profile_memory,
+                with_stack=with_stack,
+                with_flops=with_flops,
+                experimental_config=_all_threads_config() if all_threads else None,
+            )
+            self._prof.prepare_trace()
+        except BaseException:
+            self._let_go()
+            raise
 
     def start(self, metadata: dict[str, Any], rank: int, world_size: int) -> None:
         """Start recording; the trace gets ``distributedInfo`` (also without a process group) and ``metadata``
-        under each of its keys."""
+        under each of its keys. :class:`SessionBusy` (the session given up, Kineto untouched) when a session of
+        the program's own started since this one was prepared."""
+        if _foreign_session():
+            self._let_go()
+            raise SessionBusy("a torch.profiler session of the program's own started; it is left as it is")
         self._prof.start_trace()
         self.recording = True
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
@@ -62,30 +111,55 @@ class KinetoSession:
 
     def save(self) -> str:
         """Stop recording and write the trace to a local temporary file; returns its path. :class:`ExportError`
-        when Kineto wrote nothing or a cut-off file (the file is removed)."""
-        self._prof.stop_trace()
-        self.recording = False
-        fd, local = tempfile.mkstemp(prefix="streamprof-", suffix=".pt.trace.json")
-        os.close(fd)
+        when Kineto wrote nothing or a cut-off file (the file is closed and removed, Kineto's ``.tmp`` too)."""
         try:
-            self._prof.export_chrome_trace(local)
-            _check_complete(local)
-        except BaseException:
-            for path in (local, local + ".tmp"):  # Kineto writes through "<name>.tmp"
-                with contextlib.suppress(OSError):
-                    os.remove(path)
-            raise
-        return local
+            self._prof.stop_trace()
+            self.recording = False
+            fd, local = tempfile.mkstemp(prefix="streamprof-", suffix=".pt.trace.json")
+            os.close(fd)
+            try:
+                self._prof.export_chrome_trace(local)
+                _check_complete(local)
+            except BaseException:
+                self._free_results()  # Kineto's writer keeps "<name>.tmp" open until then: space stays taken
+                for path in (local, local + ".tmp"):
+                    with contextlib.suppress(OSError):
+                        os.remove(path)
+                raise
+            self._free_results()
+            return local
+        finally:
+            self._let_go()
 
     def release(self) -> None:
         """End the session without saving (a prepared session must start to stop); best effort."""
+        if not getattr(self, "_held", False):
+            return
         try:
             if not self.recording:
                 self._prof.profiler._start_trace()
             self._prof.stop_trace()
         except Exception:  # noqa: BLE001 - best effort while recovering
             log.debug("streamprof: could not release the profiler session", exc_info=True)
-        self.recording = False
+        finally:
+            self.recording = False
+            self._free_results()
+            self._let_go()
+
+    def _free_results(self) -> None:
+        """Drop Kineto's results of this session: its trace writer (and the file it holds open) goes with them."""
+        with contextlib.suppress(AttributeError):
+            self._prof.profiler.kineto_results = None
+
+    def _let_go(self) -> None:
+        """Give up the claim on Kineto (once)."""
+        if getattr(self, "_held", False):
+            self._held = False
+            _KINETO.release()
+
+    def __del__(self) -> None:
+        """A session dropped without :meth:`save` or :meth:`release` does not keep Kineto claimed."""
+        self._let_go()
 
 
 #: Kineto's log level above all of its messages (its levels go up to 5)

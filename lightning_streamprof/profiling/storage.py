@@ -28,12 +28,13 @@ def ensure_dir(path: str) -> None:
     fs.makedirs(local, exist_ok=True)
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to a temporary name beside ``path``, then rename it into place; on any failure the
-    temporary file is removed (best effort) and the error raised."""
+def write_atomic(path: str, data: bytes, make_parents: bool = True) -> None:
+    """Write ``data`` to a temporary name beside ``path``, then rename it into place, so that an earlier file
+    survives a failed write and none is left cut off or empty; on any failure the temporary file is removed (best
+    effort) and the error raised. ``make_parents``: create the missing directories above ``path``."""
     fs, target = filesystem(path)
     parent = target.rsplit("/", 1)[0] if "/" in target else ""
-    if parent:
+    if parent and make_parents:
         fs.makedirs(parent, exist_ok=True)
     tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
     try:

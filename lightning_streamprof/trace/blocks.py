@@ -6,10 +6,14 @@ from collections.abc import Callable, Iterable, Iterator
 
 from isal.isal_zlib import decompressobj as _decompressobj
 
+from lightning_streamprof.trace.limits import InflateLimit
+
 #: compressed bytes fed to the decompressor at a time (bounds each decompressed block)
 GZIP_FEED = 1 << 20
 #: bytes read from an uncompressed source at a time
 READ_SIZE = 4 << 20
+#: most bytes one decompression call returns
+OUT_BLOCK = 4 << 20
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -40,17 +44,26 @@ def _slices(pieces: Iterable[bytes | memoryview], size: int) -> Iterator[memoryv
             yield view[start : start + size]
 
 
-def gunzip(pieces: Iterable[bytes | memoryview]) -> Iterator[bytes]:
-    """Decompress a (possibly multi-member) gzip stream given as compressed pieces."""
+def gunzip(pieces: Iterable[bytes | memoryview], limit: int | None = None) -> Iterator[bytes]:
+    """Decompress a (possibly multi-member) gzip stream given as compressed pieces, in blocks of at most
+    :data:`OUT_BLOCK` bytes; :class:`~lightning_streamprof.trace.limits.InflateLimit` past ``limit`` bytes."""
     decomp = _decompressobj(wbits=31)
     started = False
+    total = 0
     try:
         for piece in _slices(pieces, GZIP_FEED):
             while piece:
                 started = True
-                out = decomp.decompress(piece)
-                if out:
-                    yield out
+                while True:  # each call inflates at most OUT_BLOCK bytes: a bomb never lands in memory at once
+                    out = decomp.decompress(piece, OUT_BLOCK)
+                    total += len(out)
+                    if limit is not None and total > limit:
+                        raise InflateLimit(limit)
+                    if out:
+                        yield out
+                    piece = decomp.unconsumed_tail
+                    if decomp.eof or (not piece and len(out) < OUT_BLOCK):
+                        break
                 if not decomp.eof:
                     break
                 piece = decomp.unused_data
@@ -58,10 +71,17 @@ def gunzip(pieces: Iterable[bytes | memoryview]) -> Iterator[bytes]:
                     raise BadGzip("trailing garbage after gzip data")
                 decomp = _decompressobj(wbits=31)
                 started = False
-    except BadGzip:
+    except (BadGzip, InflateLimit):
         raise
     except Exception as err:
         raise BadGzip(str(err)) from None
     if started and not decomp.eof:
         raise BadGzip("truncated gzip data")
 
+
+def gunzip_all(data: bytes | memoryview, limit: int | None = None) -> bytearray:
+    """The whole inflated document of gzipped ``data``; :class:`BadGzip`, or ``InflateLimit`` past ``limit``."""
+    out = bytearray()
+    for block in gunzip([data], limit):
+        out += block
+    return out

@@ -7,11 +7,12 @@ from collections.abc import Iterable
 from lightning_streamprof.trace import blocks, split
 from lightning_streamprof.trace.checks import OutOfRange
 from lightning_streamprof.trace.columns import ColumnBuilder
+from lightning_streamprof.trace.limits import InflateLimit, describe_limit
 from lightning_streamprof.trace.table import EventTable, TraceFormatError
 
 
-def decompressed(pieces: Iterable[bytes]) -> Iterable[bytes]:
-    """The document's bytes: gunzipped if the first piece starts with the gzip magic."""
+def decompressed(pieces: Iterable[bytes], limit: int | None = None) -> Iterable[bytes]:
+    """The document's bytes: gunzipped (at most ``limit`` bytes) if the first piece starts with the gzip magic."""
     it = iter(pieces)
     first = next(it, b"")
 
@@ -20,19 +21,23 @@ def decompressed(pieces: Iterable[bytes]) -> Iterable[bytes]:
         yield from it
 
     if bytes(first[:2]) == blocks.GZIP_MAGIC:
-        return blocks.gunzip(chained())
+        return blocks.gunzip(chained(), limit)
     return chained()
 
 
-def read_chunked(pieces: Iterable[bytes], source: str, chunk_size: int = split.CHUNK_SIZE) -> EventTable | None:
-    """The table of a Kineto-layout document, or None where the document needs the whole-document reader."""
+def read_chunked(pieces: Iterable[bytes], source: str, chunk_size: int = split.CHUNK_SIZE,
+                 limit: int | None = None, size: int | None = None) -> EventTable | None:
+    """The table of a Kineto-layout document, or None where the document needs the whole-document reader;
+    a gzipped document inflating past ``limit`` bytes (of a file of ``size``) is refused."""
     builder = ColumnBuilder()
-    splitter = split.EventSplitter(decompressed(pieces), chunk_size)
+    splitter = split.EventSplitter(decompressed(pieces, limit), chunk_size)
     try:
         splitter.run(builder.add_json)
         metadata = split.metadata(splitter.head, splitter.tail)
     except (OSError, EOFError):
         raise
+    except InflateLimit as err:
+        raise TraceFormatError(source, describe_limit(err.limit, size)) from None
     except OutOfRange as err:
         raise TraceFormatError(source, str(err)) from None
     except TraceFormatError:

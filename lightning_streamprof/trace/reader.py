@@ -7,9 +7,7 @@ types, broken data) is read again by :func:`parse_document`, which handles any J
 
 from __future__ import annotations
 
-import gzip
 import math
-import zlib
 from typing import Any
 
 import numpy as np
@@ -19,6 +17,7 @@ from lightning_streamprof.names import MEMORY_EVENT
 from lightning_streamprof.trace import blocks, collectives, remote
 from lightning_streamprof.trace.checks import OutOfRange, check_metadata, checked_int, checked_ns, clean
 from lightning_streamprof.trace.chunked import read_chunked
+from lightning_streamprof.trace.limits import InflateLimit, describe_limit, inflate_limit
 from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind, TraceFormatError
 
 __all__ = ["COLUMNS", "EventTable", "Kind", "TraceFormatError", "parse_document", "parse_trace", "read_trace"]
@@ -62,17 +61,20 @@ def _microseconds(value: Any) -> float | None:
         return math.inf
 
 
-def _decompress(raw: bytes, source: str) -> bytes:
+def _decompress(raw: bytes, source: str) -> bytes | bytearray:
     if raw[:2] != blocks.GZIP_MAGIC:
         return raw
     try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as err:
+        return blocks.gunzip_all(raw, inflate_limit(len(raw)))
+    except blocks.BadGzip as err:
         raise TraceFormatError(source, f"corrupt or truncated gzip data ({err})") from None
+    except InflateLimit as err:
+        raise TraceFormatError(source, describe_limit(err.limit, len(raw))) from None
 
 
 def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
-    """Parse a whole trace document at once (any valid JSON layout); the reference for the chunked reader."""
+    """Parse a whole trace document at once (any valid JSON layout); the reference for the chunked reader.
+    A gzipped document may inflate to :func:`~lightning_streamprof.trace.limits.inflate_limit` bytes."""
     data = _decompress(raw, source)
     try:
         doc = orjson.loads(data)
@@ -200,19 +202,32 @@ def parse_trace(raw: bytes, source: str = "<bytes>") -> EventTable:
     """Parse and check the bytes of a Kineto trace (plain or gzipped JSON)."""
     if not raw:
         raise TraceFormatError(source, "empty file")
-    table = read_chunked(blocks.memory_pieces(raw, blocks.READ_SIZE), source)
+    table = read_chunked(blocks.memory_pieces(raw, blocks.READ_SIZE), source, limit=inflate_limit(len(raw)),
+                         size=len(raw))
     return checked(table if table is not None else parse_document(raw, source))
 
 
 def read_trace(path: str) -> EventTable:
-    """Read and check a Kineto trace from a local path or fsspec URL (``.json`` or ``.json.gz``)."""
+    """Read and check a Kineto trace from a local path or fsspec URL (``.json`` or ``.json.gz``).
+
+    Only a regular file is opened (a FIFO, a device or a socket is refused at once), no more than its size when
+    opened is read, and a gzipped trace may inflate to :func:`~lightning_streamprof.trace.limits.inflate_limit`
+    bytes; :class:`TraceFormatError` names the file and the limit otherwise (or says that memory ran out).
+    """
     source = str(path)
-    with remote.opened(source) as f:
-        first = f.read(blocks.READ_SIZE)
-        if not first:
-            raise TraceFormatError(source, "empty file")
-        table = read_chunked(blocks.file_pieces(f.read, first, blocks.READ_SIZE), source)
-    if table is None:
+    size = None
+    try:
         with remote.opened(source) as f:
-            table = parse_document(f.read(), source=source)
-    return checked(table)
+            size = f.size
+            first = f.read(blocks.READ_SIZE)
+            if not first:
+                raise TraceFormatError(source, "empty file")
+            table = read_chunked(blocks.file_pieces(f.read, first, blocks.READ_SIZE), source,
+                                 limit=inflate_limit(size), size=size)
+        if table is None:
+            with remote.opened(source) as f:
+                table = parse_document(f.read(), source=source)
+        return checked(table)
+    except MemoryError:  # within the limits, yet more than this machine has
+        of = f" ({size} bytes)" if size is not None else ""
+        raise TraceFormatError(source, f"not enough memory to read it{of}") from None

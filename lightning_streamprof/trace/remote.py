@@ -9,6 +9,8 @@ no credentials, connection refused, a time-out, no such file.
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -114,22 +116,69 @@ def bounded(fs: Any, path: str, fn: Callable[[], T], what: str) -> T:
 
 
 class _Reader:
-    """``read`` of an open file, each call bounded."""
+    """``read`` of an open file, each call bounded in time, and in all no more than ``size`` bytes (the file's size
+    when opened; ``None``: unknown)."""
 
-    def __init__(self, fs: Any, path: str, f: Any) -> None:
+    def __init__(self, fs: Any, path: str, f: Any, size: int | None) -> None:
         self._fs, self._path, self._f = fs, path, f
+        self.size = size
+        self._left = size
 
     def read(self, size: int = -1) -> bytes:
-        return bounded(self._fs, self._path, lambda: self._f.read(size), f"reading {self._path}")
+        if self._left is not None:
+            size = self._left if size < 0 else min(size, self._left)
+            if size == 0:
+                return b""
+        data = bounded(self._fs, self._path, lambda: self._f.read(size), f"reading {self._path}")
+        if self._left is not None:
+            self._left -= len(data)
+        return data
+
+
+#: what a path that is not a regular file is, by ``stat``'s file type
+_KINDS = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(path: str, mode: int) -> TraceFormatError:
+    kind = next((what for test, what in _KINDS if test(mode)), "not a file")
+    return TraceFormatError(path, kind if kind == "is a directory" else f"not a regular file ({kind})")
+
+
+def _open_local(path: str, local: str) -> tuple[Any, int]:
+    """A local regular file open for reading, and its size. Anything else is refused at once: the file is opened
+    without blocking (a FIFO would wait for a writer) and checked before it is read."""
+    try:
+        mode = os.stat(local).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
+        fd = os.open(local, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except TraceFormatError:
+        raise
+    except FileNotFoundError:
+        raise TraceFormatError(path, "no such file or directory") from None
+    except OSError as err:
+        raise TraceFormatError(path, describe(err)) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # replaced since the first look
+        os.close(fd)
+        raise _not_regular(path, st.st_mode)
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb"), st.st_size
 
 
 @contextlib.contextmanager
 def opened(path: str) -> Iterator[_Reader]:
-    """The file at ``path`` open for bounded reads."""
+    """The file at ``path`` open for bounded reads (a local path: a regular file only)."""
     fs, local = filesystem(path)
-    f = bounded(fs, path, lambda: fs.open(local, "rb"), f"opening {path}")
+    if is_local(fs):
+        f, size = _open_local(path, local)
+    else:
+        f = bounded(fs, path, lambda: fs.open(local, "rb"), f"opening {path}")
+        size = getattr(f, "size", None)
     try:
-        yield _Reader(fs, path, f)
+        yield _Reader(fs, path, f, size if isinstance(size, int) else None)
     finally:
         with contextlib.suppress(Exception):
             f.close()

@@ -45,14 +45,15 @@ class EventSplitter:
         A cut that falls inside a string or a nested array leaves the chunk truncated (the only way such a
         cut can fail); the chunk is then extended to the next candidate cut.
         """
-        pending = self._find_start()
+        pending = bytearray(self._find_start())  # grown in place: a long stretch without a cut costs linear time
         after = 0
         for block in self._blocks:
-            pending = pending + block if pending else bytes(block)
+            pending += block
             start = 0
             while len(pending) - start >= self.chunk_size and len(pending) > after:
                 found = _boundary(pending, start, max(start + self.chunk_size, after), after)
-                if found is None:
+                if found is None:  # no cut before the end: the next one starts in bytes still to come
+                    after = len(pending)
                     break
                 try:
                     consume(b"[" + pending[start : found[0] + 1] + b"]")
@@ -62,9 +63,10 @@ class EventSplitter:
                     after = found[1] + 1
                     continue
                 start, after = found[1], 0
-            pending = pending[start:]
+            if start:
+                del pending[:start]
             after = max(0, after - start)
-        self._final(pending, consume)
+        self._final(bytes(pending), consume)
 
     def _find_start(self) -> bytes:
         buf = b""

@@ -33,6 +33,24 @@ def leftovers(*roots):
     return found
 
 
+def held_open(root):
+    """Files under ``root`` that this process holds open (a removed file held open keeps its space taken)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            continue
+        if target.startswith(str(root)):
+            found.append(target)
+    return found
+
+
+def free_bytes(directory):
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
 @pytest.fixture
 def small_fs(tmp_path):
     """``make(name, kib)``: a tmpfs of ``kib`` KiB mounted at ``tmp_path/name`` (skips where mounting is not

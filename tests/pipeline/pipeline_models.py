@@ -80,3 +80,47 @@ class Net(L.LightningModule):
 def loader(kind: str, batch_size: int = 4) -> DataLoader:
     data = ImageStream() if kind == "iterable" else Images()
     return DataLoader(data, batch_size=batch_size, shuffle=False)
+
+
+class BusyNet(Net):
+    """``Net`` in a loop as people write it: ``self.log`` in every hook that allows it, an LR scheduler stepped
+    per batch, and a validation step."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.log("step_loss", outputs["loss"].detach())
+
+    def on_before_backward(self, loss):
+        self.log("loss_before_backward", loss.detach())
+
+    def on_train_epoch_end(self):
+        self.log("epoch_losses", float(len(self.losses)))
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.head.parameters(), lr=0.1, momentum=0.9)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class TwoLoaderNet(Net):
+    """Trains on two dataloaders at once (Lightning's ``CombinedLoader``): the batch is a list of two batches,
+    each going through the frozen backbone."""
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        self.transfers += 1
+        return batch
+
+    def training_step(self, batch, batch_idx):
+        (xa, ya), (xb, yb) = batch
+        self.seen.append(int(xa.sum().item()) + int(xb.sum().item()))
+        fa, fb = self.backbone(xa.float() / 255), self.backbone(xb.float() / 255)
+        loss = nn.functional.cross_entropy(self.head(fa), ya) + nn.functional.cross_entropy(self.head(fb), yb)
+        self.losses.append(loss.item())
+        return loss

@@ -33,6 +33,16 @@ def drive(switch, clock, ms, steps):
     return used
 
 
+def until_decided(switch, clock, ms, limit=200):
+    """Drive until the next decision (its step included): the watch then starts afresh."""
+    decided = len(switch.history)
+    for _ in range(limit):
+        drive(switch, clock, ms, steps=1)
+        if len(switch.history) > decided:
+            return
+    raise AssertionError("no decision")
+
+
 def test_keeps_pipelining_when_faster_and_serial_when_not():
     fast, clock = switch_of(warmup=2, trial=6, recheck=50)
     drive(fast, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=40)
@@ -141,26 +151,68 @@ def test_trials_that_confirm_the_choice_come_ever_less_often():
 
 def test_a_changed_choice_or_a_revert_starts_the_interval_again():
     switch, clock = switch_of(warmup=1, trial=4, recheck=50, watch=10)
-    drive(switch, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=1 + 16)
+    until_decided(switch, clock, {SERIAL: 4.0, PIPED: 2.0})
     assert switch.choice == PIPED and switch.interval == 50
     switch.interval, switch._left = 200, 150  # as after confirming rounds
-    drive(switch, clock, {SERIAL: 4.0, PIPED: 6.0}, steps=1 + 10 + 2)
-    assert switch.reverts and switch._left <= 50  # trials soon after a revert
-    drive(switch, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=switch._left + 16)
-    assert len(switch.history) == 2 and switch.interval == 50  # the revert in between: not a confirmation
+    drive(switch, clock, {SERIAL: 4.0, PIPED: 6.0}, steps=2 + 10 + 8)  # the watch, then paired trials
+    assert switch.reverts and switch.choice == SERIAL and switch._left <= 50  # trials soon after a revert
+    assert switch.interval == 50  # the revert: not a confirmation
+    assert switch.sitting_out == {PIPED: 1}  # it lost clearly beside serial: one round out, then tried again
 
 
-def test_a_pipelined_choice_slower_than_serial_in_steady_state_reverts_to_serial():
+def test_a_steady_state_slower_than_serial_is_timed_again_beside_serial_before_it_reverts():
     """Trials: pipelined 2 ms vs serial 4 ms. Then the pipelined steady state degrades to 6 ms per step: the
-    first watch window sees it and serial takes over until the next trials."""
+    watch window suspects it, paired trials time both ways again, and serial takes over."""
     switch, clock = switch_of(warmup=1, trial=4, recheck=200, watch=10)
-    drive(switch, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=1 + 16)
+    until_decided(switch, clock, {SERIAL: 4.0, PIPED: 2.0})
     assert switch.choice == PIPED and not switch.reverts
-    used = drive(switch, clock, {SERIAL: 4.0, PIPED: 6.0}, steps=1 + 10 + 5)
+    used = drive(switch, clock, {SERIAL: 4.0, PIPED: 6.0}, steps=2 + 10 + 8 + 3)
     assert switch.choice == SERIAL and len(switch.reverts) == 1
     revert = switch.reverts[0]
-    assert revert.way == PIPED and revert.steady_ms == pytest.approx(6.0) and revert.serial_ms == pytest.approx(4.0)
+    assert revert.way == PIPED and revert.watched_ms == pytest.approx(6.0)
+    assert revert.way_ms == pytest.approx(6.0) and revert.serial_ms == pytest.approx(4.0)
+    assert switch.history[-1].ms == {SERIAL: pytest.approx(4.0), PIPED: pytest.approx(6.0)}  # the paired trials
     assert used[-1] == SERIAL and used[0] == PIPED
+
+
+def test_a_slow_steady_state_window_that_paired_trials_do_not_confirm_keeps_the_choice():
+    """A window slowed by something the caller did not mark (noise): timed beside serial the choice is still
+    clearly faster, so it stays: no revert on a stale trial mean against a long mean."""
+    switch, clock = switch_of(warmup=1, trial=4, recheck=200, watch=10)
+    until_decided(switch, clock, {SERIAL: 4.0, PIPED: 2.0})
+    drive(switch, clock, {SERIAL: 4.0, PIPED: 5.0}, steps=2 + 10)  # the slow window: a suspicion
+    assert switch.in_trials
+    drive(switch, clock, {SERIAL: 4.0, PIPED: 2.0}, steps=8 + 30)
+    assert switch.choice == PIPED and not switch.reverts and len(switch.history) == 2
+
+
+def test_steps_marked_as_not_training_are_left_out_of_trials_and_the_trial_runs_longer():
+    """A validation pass or a profiler window in a trial: its step (100 ms) and the next are not timed."""
+    switch, clock = switch_of(warmup=1, trial=6, recheck=500)
+    ms = {SERIAL: 4.0, PIPED: 2.0}
+    current = switch.step()  # warm-up ends
+    steps = 0
+    while not switch.history and steps < 40:
+        slow = steps in (3, 12)  # one marked step in each way's trial
+        if slow:
+            switch.exclude()
+        clock.t += (100.0 if slow else ms[current]) / 1e3
+        current = switch.step()
+        steps += 1
+    m = switch.history[0]
+    assert m.ms == {SERIAL: pytest.approx(4.0), PIPED: pytest.approx(2.0)} and m.choice == PIPED
+    assert steps == 2 * 6 + 2 * 2  # each trial ran two steps longer
+
+
+def test_steps_marked_as_not_training_are_left_out_of_the_steady_state_watch():
+    switch, clock = switch_of(warmup=1, trial=4, recheck=500, watch=10)
+    until_decided(switch, clock, {SERIAL: 4.0, PIPED: 2.0})
+    for i in range(40):
+        if i % 7 == 0:
+            switch.exclude()  # validation and checkpoints every few steps
+        clock.t += (50.0 if i % 7 == 0 else 2.0) / 1e3
+        switch.step()
+    assert switch.choice == PIPED and not switch.in_trials and not switch.reverts
 
 
 def test_a_steady_state_as_fast_as_the_trials_keeps_pipelining():

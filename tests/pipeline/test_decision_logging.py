@@ -49,12 +49,14 @@ def test_a_revert_is_logged_with_the_steady_state_loss_and_reported():
     pipe._auto = AutoSwitch((SERIAL, INLINE), warmup=1, trial=3, recheck=100, settle=1, watch=5, clock=clock)
     pipe._auto.history.append(Measurement({SERIAL: 1.0, INLINE: 0.5}, INLINE))
     pipe._auto._phase, pipe._auto.choice, pipe._auto._left = -1, INLINE, 100
-    pipe._auto._watch_left = pipe._auto.watch + 1
-    for _ in range(1 + 5):
-        clock.t += 0.003  # 3 ms per step against serial's 1 ms
-        pipe._next_way()
+    ms = {INLINE: 3.0, SERIAL: 1.0}  # the pipelined way now 3 ms per step against serial's 1 ms
+    way = INLINE
+    for _ in range(2 + 5 + 6):  # the watch window, then paired trials of both ways
+        clock.t += ms[way] / 1e3
+        way = pipe._next_way()
     assert pipe._auto.choice == SERIAL and len(pipe._auto.reverts) == 1
     step, metrics = logger.logged[-1]
-    assert metrics["streampipe/pipelined"] == 0.0 and metrics["streampipe/gain"] == 1.0 / 3.0 - 1.0
-    assert "steady state: pipelined 3.000 ms/step" in pipe.report()
-    assert "-> serial until the next trials" in pipe.report()
+    assert metrics["streampipe/pipelined"] == 0.0 and metrics["streampipe/gain"] == pytest.approx(1.0 / 3.0 - 1.0)
+    report = pipe.report()
+    assert "steady state: pipelined 3.000 ms/step over 5 training steps, slower than serial's trials" in report
+    assert "timed again beside serial in paired trials: 3.000 against serial's 1.000 -> serial until the next" in report

@@ -7,13 +7,13 @@ from lightning_streamprof.pipeline.graph import GraphedForward
 
 
 class FakeGraph:
-    """Replays by running the forward on the static input into the static output."""
+    """Replays by running the forward on the static inputs into the static output."""
 
     def __init__(self, forward, static_in, static_out):
         self.forward, self.static_in, self.static_out = forward, static_in, static_out
 
     def replay(self):
-        self.static_out.copy_(self.forward(self.static_in))
+        self.static_out.copy_(self.forward(*self.static_in))
 
 
 @pytest.fixture
@@ -21,14 +21,14 @@ def graphed(monkeypatch):
     """A GraphedForward of ``2x + 1`` that may capture CPU tensors; ``captures`` lists the captured inputs."""
     captures = []
 
-    def capture(self, x, amp=None):
-        captures.append(x)
-        static_in = x.clone()
-        static_out = self.forward(static_in)
+    def capture(self, xs, amp=None):
+        captures.append(xs)
+        static_in = [x.clone() for x in xs]
+        static_out = self.forward(*static_in)
         return FakeGraph(self.forward, static_in, static_out), static_in, static_out
 
     monkeypatch.setattr(GraphedForward, "_capture", capture)
-    monkeypatch.setattr(GraphedForward, "_may_capture", lambda self, x: len(self._graphs) < self.max_graphs
+    monkeypatch.setattr(GraphedForward, "_may_capture", lambda self, *xs: len(self._graphs) < self.max_graphs
                         and self.failure is None)
     g = GraphedForward(lambda x: 2 * x + 1)
     g.captures = captures
@@ -63,7 +63,7 @@ def test_on_the_staging_thread_a_new_shape_runs_eagerly_until_the_training_threa
 
 
 def test_a_deferred_capture_that_fails_runs_eagerly_with_one_warning(graphed, monkeypatch):
-    def fail(self, x, amp=None):
+    def fail(self, xs, amp=None):
         raise RuntimeError("operation not permitted when stream is capturing\nmore")
 
     monkeypatch.setattr(GraphedForward, "_capture", fail)
@@ -74,3 +74,51 @@ def test_a_deferred_capture_that_fails_runs_eagerly_with_one_warning(graphed, mo
         graphed.capture_pending()
     assert graphed.failure == "RuntimeError: operation not permitted when stream is capturing"
     assert torch.equal(graphed(x), 2 * x + 1) and not graphed.pending and graphed.eager == 2
+
+
+def test_a_call_that_cannot_be_captured_leaves_the_graph_and_runs_eagerly_after_it(monkeypatch):
+    """Two staged calls and one that reads the second's output: the second cannot be captured (a host
+    synchronisation), so it and its reader run eagerly after the graph of the first."""
+    from lightning_streamprof.pipeline import tree
+    from lightning_streamprof.pipeline.derivation import BatchLeaf, CallOutput
+    from lightning_streamprof.pipeline.program import Arg, Program, StagedCall
+
+    capturing = []
+
+    def capture(self, xs, amp=None):
+        static_in = [x.clone() for x in xs]
+        capturing.append(True)
+        try:
+            static_out = self.forward(*static_in)
+        finally:
+            capturing.pop()
+        return Replayed(), static_in, static_out  # replays of the same batch: the captured outputs stand
+
+    class Replayed:
+        def replay(self):
+            pass
+
+    monkeypatch.setattr(GraphedForward, "_capture", capture)
+    monkeypatch.setattr(GraphedForward, "_check", lambda self, entry, amp: None)
+    monkeypatch.setattr(GraphedForward, "_may_capture", lambda self, *xs: self.failure is None)
+
+    def syncs(x):
+        if capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return x * 3
+
+    leaf = BatchLeaf((("item", 0),))
+    spec = tree.flatten(((torch.zeros(1),), {}))[0]
+    calls = [StagedCall(0, "a", "forward", None, lambda x: x + 1, spec, (Arg("same", leaf),), None),
+             StagedCall(1, "b", "forward", None, syncs, spec, (Arg("same", leaf),), None),
+             StagedCall(2, "c", "forward", None, lambda x: x - 1, spec, (Arg("same", CallOutput(1, ())),), None,
+                        frozenset({1}))]
+    program = Program(calls)
+    program.graph = GraphedForward(program.graph_forward, on_failure=program.graph_failed)
+    batch = (torch.arange(3.0),)
+    with pytest.warns(UserWarning, match="`b.forward`, `c.forward` cannot be captured in a CUDA graph .RuntimeError"):
+        program.graph.prepare(*program.root_values(batch))
+    assert program.ungraphed == {1, 2} and program.graph.captured and program.graph.failure is None
+    run = program.run(batch, use_graph=True)
+    assert [o.tolist() for o in run.outputs] == [[1.0, 2.0, 3.0], [0.0, 3.0, 6.0], [-1.0, 2.0, 5.0]]
+    assert program.graph.replays == 1 and "run eagerly beside the graph" in program.notes[0]

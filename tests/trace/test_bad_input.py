@@ -136,6 +136,40 @@ def test_unknown_run(tmp_path, capsys):
     one_error_line(err, tmp_path, "no run named 'fit-3' (runs: fit-1, fit-2)")
 
 
+def _our_trace(root, run, name, window=0):
+    """A trace as StreamProfiler writes it into ``root/<run directory>``, its metadata naming ``run``."""
+    b = base()
+    b.meta["streamprof"] = {"run": run, "window": window, "first_step": 0, "steps": 3, "host": "node-a"}
+    b.meta["distributedInfo"] = {"backend": "none", "rank": 0, "world_size": 1}
+    directory = root / "fit-20261201-120000" / f"w{window:03d}-step0000000"
+    directory.mkdir(parents=True, exist_ok=True)
+    return b.write(directory / name)
+
+
+def test_window_recorded_twice(tmp_path, capsys):
+    """Two runs named to the same second wrote into one directory (was: one run, steps 0, 1, 2, 0, 1, 2, no word)."""
+    first = _our_trace(tmp_path, "fit-20261201-120000", "rank0.1.pt.trace.json.gz")
+    second = _our_trace(tmp_path, "fit-20261201-120000", "rank0.2.pt.trace.json.gz")
+    result = analyze(tmp_path)
+    assert result.warnings == [
+        f"run fit-20261201-120000: window 0 of rank 0 is in 2 traces ({first}, {second}); two runs wrote into one"
+        " directory under one name?",
+        "run fit-20261201-120000: step(s) 0, 1, 2 of rank 0 recorded more than once; the steps are not one run's"]
+    code, out, err = cli(capsys, str(tmp_path))
+    assert code == 0 and err.strip().splitlines() == [f"streamprof: warning: {w}" for w in result.warnings]
+
+
+def test_several_run_identities_in_one_directory(tmp_path, capsys):
+    """Traces of two runs in one directory are reported as two runs, whatever the directory says."""
+    runs = ["fit-20261201-120000.001-aaaaaa", "fit-20261201-120000.001-bbbbbb"]
+    for i, run in enumerate(runs):
+        _our_trace(tmp_path, run, f"rank0.{i}.pt.trace.json.gz")
+    code, out, err = cli(capsys, str(tmp_path))
+    assert code == 0 and err == "" and all(f"run {run}" in out for run in runs)
+    code, _, err = cli(capsys, str(tmp_path), "--json")
+    assert code == 2 and f"holds 2 runs ({', '.join(runs)})" in err
+
+
 def test_empty_directory(tmp_path, capsys):
     code, _, err = cli(capsys, str(tmp_path))
     assert code == 2

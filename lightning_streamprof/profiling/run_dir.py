@@ -1,0 +1,33 @@
+"""Run directories: named ``<stage>-<YYYYmmdd-HHMMSS>.<milliseconds>-<6 random hex digits>``, and made only where
+none existed.
+
+Runs started in the same second (``trainer.validate`` in a loop, two jobs started together on one ``dirpath``) get
+their own directories; the random part keeps two processes apart even within one millisecond.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+
+from lightning_streamprof.profiling.storage import filesystem, join_path
+
+
+def new_run_name(stage: str, now: float | None = None) -> str:
+    """A fresh run name for ``stage`` at ``now`` (seconds since the epoch; default: the current time)."""
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return f"{stage}-{stamp}.{int(now * 1000) % 1000:03d}-{secrets.token_hex(3)}"
+
+
+def make_fresh_dir(base: str, new_name: Callable[[], str], tries: int = 8) -> str:
+    """Make a directory under ``base`` (a local path or fsspec URL) named by ``new_name()`` where none existed;
+    its name. ``FileExistsError`` when ``tries`` names were all taken."""
+    fs, root = filesystem(base)
+    for _ in range(tries):
+        name = new_name()
+        if not fs.exists(join_path(root, name)):
+            fs.makedirs(join_path(root, name), exist_ok=True)
+            return name
+    raise FileExistsError(f"{tries} fresh names were all taken")
