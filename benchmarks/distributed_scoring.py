@@ -1,5 +1,6 @@
 """Scoring time of a large job: synthetic per-rank windows of N ranks (one slow), encoded as each rank sends them,
-merged on "rank 0" into the torchmetrics table and scored, as the live profiler does.
+decoded and concatenated on "rank 0" into one table and scored, as the live profiler does (without the store:
+``distributed_gather.py`` measures the gather itself).
 
     python benchmarks/distributed_scoring.py --ranks 1024 --steps 3 --calls 20 --repeat 5
 
@@ -15,7 +16,6 @@ import platform
 import statistics
 import sys
 import time
-import warnings
 
 import numpy as np
 
@@ -59,9 +59,10 @@ def synthetic_windows(ranks: int, slow: int, steps: int = 3, calls: int = 20, la
 
 
 def run(ranks: int, steps: int, calls: int, repeat: int) -> dict:
+    from lightning_streamprof.analysis.rank_table import concat
+    from lightning_streamprof.analysis.scoring import score, score_table
+    from lightning_streamprof.distributed import wire
     from lightning_streamprof.distributed.live import payload
-    from lightning_streamprof.distributed.scoring import score
-    from lightning_streamprof.distributed.state import WindowTable, decode_state, merge_states
 
     rows = synthetic_windows(ranks, slow=ranks // 2 + 1, steps=steps, calls=calls)
     t0 = time.perf_counter()
@@ -70,12 +71,9 @@ def run(ranks: int, steps: int, calls: int, repeat: int) -> dict:
     merge_s, score_s, table_s = [], [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        table = WindowTable(sync_on_compute=False)
-        merge_states(table, [decode_state(data) for data in payloads])
+        table = concat([wire.decode(data, widen=False) for data in payloads])
         t1 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            stats = table.compute()
+        stats = score_table(table)
         t2 = time.perf_counter()
         score(rows)
         t3 = time.perf_counter()
@@ -114,8 +112,8 @@ def main() -> None:
     with open(base + ".json", "w") as f:
         json.dump({**meta, **result}, f, indent=2)
     lines = [f"# distributed_scoring — {meta['machine']}, {date}", "", f"`{meta['command']}`", "",
-             "| ranks | calls/rank | payload max (bytes) | encode ms/rank | rank 0: decode + merge s | rank 0: score "
-             "s | rank 0 total s (median / best) | score() alone s (median / best) |",
+             "| ranks | calls/rank | payload max (bytes) | encode ms/rank | rank 0: decode + concat s | rank 0: score "
+             "s | rank 0 total s (median / best) | score() of the rows s (median / best) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |",
              f"| {result['ranks']} | {args.steps * args.calls} | {result['payload_bytes_max']} | "
              f"{result['encode_ms_per_rank']:.2f} | {result['merge_s_median']:.3f} | "

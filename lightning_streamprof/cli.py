@@ -22,9 +22,12 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser(
         "analyze",
         help="GPU metrics, step breakdown, kernels, operators, memory and recommendations of traces",
-        description="Analyse a Kineto trace file, or a directory of them (local path or fsspec URL).",
+        description="Analyse a Kineto trace file, or a directory of them (local path or fsspec URL). Several paths "
+                    "of one run (each host's disk, or prefixes) are merged by run, window and global rank.",
     )
-    analyze.add_argument("path", help="trace file (.json or .json.gz) or directory of traces")
+    analyze.add_argument("path", nargs="+", metavar="PATH",
+                         help="trace file (.json or .json.gz) or directory of traces; several: one run's traces "
+                              "from each host")
     analyze.add_argument("--json", action="store_true", help="print one JSON object (the documented contract)")
     analyze.add_argument("--top", type=_at_least_one, default=10, help="rows per table in the text report")
     analyze.add_argument("--run", help="the run to report when the directory holds several (default: each run in "
@@ -39,9 +42,12 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         "report",
         help="one self-contained HTML file: charts and tables of the traces, recommendations",
         description="Write one self-contained HTML report (works offline) of a trace, a window or a run "
-                    "(local path or fsspec URL).",
+                    "(local path or fsspec URL); several paths of one run (each host's disk, or prefixes) are "
+                    "merged by run, window and global rank.",
     )
-    report.add_argument("path", help="trace file or directory of traces (a run, a window, or a directory of runs)")
+    report.add_argument("path", nargs="+", metavar="PATH",
+                        help="trace file or directory of traces (a run, a window, or a directory of runs); several: "
+                             "one run's traces from each host")
     report.add_argument("-o", "--output", default="streamprof-report.html",
                         help="the HTML file to write (default: %(default)s; an fsspec URL works)")
     report.add_argument("--run", help="only this run of a directory that holds several (default: every run)")
@@ -55,6 +61,10 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     )
     compare.add_argument("a", help="the baseline: trace file or directory")
     compare.add_argument("b", help="the one to compare with the baseline")
+    compare.add_argument("--with-a", action="append", default=[], metavar="PATH",
+                         help="another directory or URL of A's run (another host's disk); repeatable")
+    compare.add_argument("--with-b", action="append", default=[], metavar="PATH",
+                         help="another directory or URL of B's run (another host's disk); repeatable")
     compare.add_argument("--run-a", help="the run of A, when A holds several")
     compare.add_argument("--run-b", help="the run of B, when B holds several")
     compare.add_argument("--top", type=_at_least_one, default=10,
@@ -83,8 +93,8 @@ def _analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_runs(path: str) -> list:
-    """Every run under ``path``, with a progress bar on a terminal for a remote URL or many traces."""
+def _read_runs(path: list[str]) -> list:
+    """Every run under the paths (merged), with a progress bar on a terminal for a remote URL or many traces."""
     from lightning_streamprof.api import analyze_runs
     from lightning_streamprof.report.progress import reading
 
@@ -151,13 +161,15 @@ def _report(args: argparse.Namespace) -> int:
     from lightning_streamprof.report.pipeline_notes import read_pipeline_notes
     from lightning_streamprof.trace import TraceFormatError
 
+    from lightning_streamprof.api import label
+
     runs = _read_runs(args.path)
     if args.run is not None:
         runs = [r for r in runs if r.run == args.run]
         if not runs:
-            raise TraceFormatError(args.path, f"no run named {args.run!r}")
+            raise TraceFormatError(label(args.path), f"no run named {args.run!r}")
     _warn([r.merged for r in runs])
-    html = render_report(runs, args.path, pipeline=read_pipeline_notes(runs))
+    html = render_report(runs, label(args.path), pipeline=read_pipeline_notes(runs))
     _write_text(args.output, html)
     _print(f"Wrote {args.output}\n")
     return 0
@@ -167,10 +179,11 @@ def _compare(args: argparse.Namespace) -> int:
     from lightning_streamprof.api import select_run
     from lightning_streamprof.report.compare import compare, render_compare_html, render_compare_text
 
-    a = select_run(_read_runs(args.a), args.run_a, args.a)
-    b = select_run(_read_runs(args.b), args.run_b, args.b)
+    side_a, side_b = [args.a, *args.with_a], [args.b, *args.with_b]
+    a = select_run(_read_runs(side_a), args.run_a, side_a)
+    b = select_run(_read_runs(side_b), args.run_b, side_b)
     _warn([a, b])
-    comparison = compare(a, b, _label(args.a, args.run_a), _label(args.b, args.run_b), top=args.top)
+    comparison = compare(a, b, _label(side_a, args.run_a), _label(side_b, args.run_b), top=args.top)
     _print(render_compare_text(comparison) + "\n")
     if args.output:
         _write_text(args.output, render_compare_html(comparison))
@@ -195,8 +208,10 @@ def _run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     return run_command(lambda: command(args), (TraceFormatError, SeveralRunsError, OutputError))
 
 
-def _label(path: str, run: str | None) -> str:
-    return f"{path} (run {run})" if run else path
+def _label(paths: list[str], run: str | None) -> str:
+    from lightning_streamprof.api import label
+
+    return f"{label(paths)} (run {run})" if run else label(paths)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,3 +39,12 @@ def cpu_op_names_between(trace, start_us, end_us):
         for e in trace["traceEvents"]
         if e.get("cat") == "user_annotation" and start_us <= e["ts"] < end_us and "validation" in e["name"]
     ]
+
+
+def bench_out(tmp_path) -> str:
+    """Where a GPU test's benchmark writes its result files: ``$STREAMPROF_BENCH_OUT``, else ``tmp_path``."""
+    import os
+
+    out = os.environ.get("STREAMPROF_BENCH_OUT") or str(tmp_path)
+    os.makedirs(out, exist_ok=True)
+    return out

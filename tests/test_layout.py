@@ -10,15 +10,47 @@ FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "
 
 
 def _imports(folder):
+    """(file, absolute module) of every import in the package's ``folder``, relative imports resolved, including
+    the imports inside functions."""
     for name in os.listdir(os.path.join(PACKAGE, folder)):
         if name.endswith(".py"):
             with open(os.path.join(PACKAGE, folder, name)) as f:
                 tree = ast.parse(f.read())
             for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module:
-                    yield name, node.module
+                if isinstance(node, ast.ImportFrom):
+                    if node.level:
+                        base = ["lightning_streamprof", folder][: max(0, 3 - node.level)]
+                        yield name, ".".join([*base, *([node.module] if node.module else [])])
+                    elif node.module:
+                        yield name, node.module
                 elif isinstance(node, ast.Import):
                     yield from ((name, alias.name) for alias in node.names)
+
+
+#: package -> the packages it must not import (lower layers never reach up)
+FORBIDDEN = {
+    "results": ("trace", "analysis", "distributed", "profiling", "pipeline", "report"),
+    "trace": ("profiling", "analysis", "distributed", "pipeline", "report"),
+    "analysis": ("distributed", "profiling", "pipeline", "report"),
+    "report": ("trace", "analysis", "distributed", "profiling", "pipeline"),
+}
+
+
+def _reaching_up(folder):
+    banned = [f"lightning_streamprof.{p}" for p in FORBIDDEN[folder]]
+    return [(f, m) for f, m in _imports(folder) if any(m == b or m.startswith(b + ".") for b in banned)]
+
+
+def test_the_reader_depends_on_nothing_of_the_recorder():
+    assert [(f, m) for f, m in _imports("trace") if m.startswith("lightning_streamprof.profiling")] == []
+
+
+def test_post_hoc_analysis_does_not_reach_into_the_live_gather():
+    assert [(f, m) for f, m in _imports("analysis") if m.startswith("lightning_streamprof.distributed")] == []
+
+
+def test_no_package_imports_a_layer_above_it():
+    assert {folder: _reaching_up(folder) for folder in FORBIDDEN} == {folder: [] for folder in FORBIDDEN}
 
 
 def test_renderers_read_results_only():

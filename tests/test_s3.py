@@ -35,6 +35,10 @@ def s3(monkeypatch):
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
+    import urllib.request
+
+    # moto keeps its buckets in the process across servers: start each test from none
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30).close()
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
            "FSSPEC_S3_ENDPOINT_URL": endpoint, "FSSPEC_S3_KEY": "testing", "FSSPEC_S3_SECRET": "testing"}
     for key, value in env.items():
@@ -86,3 +90,43 @@ def test_train_to_s3_then_analyze_report_and_compare(s3, tmp_path):
     compared = _streamprof("compare", w0, w1)
     assert compared.returncode == 0, compared.stderr
     assert f"A: {w0}" in compared.stdout and "Step breakdown (ms per step)" in compared.stdout
+
+
+_WRITER = """
+import gzip, json, sys
+sys.path[:0] = [{tests!r}, {tests!r} + '/distributed']
+from multihost import HOSTS, RUN, WINDOW_DIR, rank_trace
+from lightning_streamprof.profiling.storage import write_atomic
+host = sys.argv[1]
+for rank in [r for r, h in HOSTS.items() if h == host]:
+    data = gzip.compress(json.dumps(rank_trace(rank).to_dict()).encode())
+    for prefix in ('shared', host):
+        write_atomic(f's3://{bucket}/{{prefix}}/{{RUN}}/{{WINDOW_DIR}}/rank{{rank}}.{{1000 + rank}}.pt.trace.json.gz', data)
+"""
+
+
+def test_two_hosts_writing_to_s3_read_as_one_run(s3, tmp_path):
+    """Two writers (one process per host, as each host's profiler writes its ranks' traces) put a 4-rank run under
+    one shared prefix and under a prefix per host; both layouts read back as one run with every rank."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    code = _WRITER.format(tests=tests, bucket=BUCKET)
+    writers = [subprocess.Popen([sys.executable, "-c", code, host], env=os.environ.copy(), stderr=subprocess.PIPE,
+                                text=True) for host in ("node-a", "node-b")]
+    for w in writers:
+        assert w.wait(120) == 0, w.stderr.read()
+    s3.invalidate_cache()
+    assert len(s3.glob(f"{BUCKET}/shared/*/*/*.pt.trace.json.gz")) == 4
+
+    shared = _streamprof("analyze", f"s3://{BUCKET}/shared", "--json")
+    assert shared.returncode == 0, shared.stderr
+    import json
+
+    d = json.loads(shared.stdout)["distributed"]
+    assert [r["rank"] for r in d["ranks"]] == [0, 1, 2, 3] and d["stragglers"] == [3] and d["missing_ranks"] == []
+    assert {r["host"] for r in d["ranks"]} == {"node-a", "node-b"}
+
+    out = tmp_path / "report.html"
+    per_host = _streamprof("report", f"s3://{BUCKET}/node-a", f"s3://{BUCKET}/node-b", "-o", str(out))
+    assert per_host.returncode == 0, per_host.stderr
+    html = out.read_text(encoding="utf-8")
+    assert "4 ranks on 2 hosts (node-a, node-b)" in html and "rank 3 (straggler)" in html

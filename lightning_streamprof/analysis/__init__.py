@@ -17,6 +17,7 @@ from lightning_streamprof.analysis.kernels import kernel_stats, tensor_core_use
 from lightning_streamprof.analysis.memory import memory_stats
 from lightning_streamprof.analysis.operators import operator_stats
 from lightning_streamprof.analysis.rules import recommend
+from lightning_streamprof.analysis.scoring import score
 from lightning_streamprof.analysis.source import source_lines
 from lightning_streamprof.analysis.staging import pipeline_work
 from lightning_streamprof.analysis.steps import step_breakdown
@@ -66,8 +67,6 @@ def analyze_table(table: EventTable, identity: TraceIdentity | None = None) -> R
 
 def distributed_of(summaries: Sequence[RankWindow], keep: bool = False) -> DistributedStats | None:
     """The distributed aggregation of per-rank windows (None without any)."""
-    from lightning_streamprof.distributed.scoring import score
-
     return score(summaries, keep_summaries=keep) if summaries else None
 
 

@@ -6,8 +6,10 @@ launched by a ``nccl:``/``gloo:`` operator) and gloo's ``gloo:<collective>`` wor
 Their name, process group, sequence number and message size come from the kernel's own arguments, else from
 the operator that launched it or the ``record_param_comms`` operator around that (PyTorch's spelling:
 ``Collective name``, ``Process Group Name``, ``Seq``, ``In msg nelems``, ``Out msg nelems``, ``dtype``).
-Computation is kernel time other than collectives; in a trace without kernels (CPU training) it is the time of
-the training thread's CPU operators outside data loading and collectives.
+Gloo runs a reduce-scatter as an all-reduce (its range says ``gloo:all_reduce``): a gloo call issued by a
+``c10d::`` operator of another kind is named for that kind (``reduce_scatter``). Computation is kernel time other
+than collectives; in a trace without kernels (CPU training) it is the time of the training thread's CPU operators
+outside data loading and collectives. Each call's ``hidden_ns`` is its time that overlaps computation.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from lightning_streamprof import names
 from lightning_streamprof.analysis import intervals as iv
+from lightning_streamprof.analysis.collective_kinds import issued_kinds, kind
 from lightning_streamprof.analysis.context import TraceContext
 from lightning_streamprof.analysis.steps import communication_kernels
 from lightning_streamprof.results import CollectiveCalls, RankWindow, Steps, TraceIdentity
@@ -79,6 +82,25 @@ def _kernel_args(ctx: TraceContext, rows: np.ndarray, kernel_pos: np.ndarray) ->
     return out
 
 
+def _gloo_args(ctx: TraceContext, gloo: np.ndarray) -> list[CommArgs | None]:
+    """Each gloo range's arguments, named for the kind of the ``c10d::`` operator that issued it where that kind
+    differs from the range's (``gloo:all_reduce`` running a ``_reduce_scatter_base``)."""
+    table = ctx.table
+    args = [table.comm_args.get(int(r)) for r in gloo.tolist()]
+    ops = ctx.ops[ctx.mask(ctx.ops, lambda n: n.startswith("c10d::"))]
+    if not gloo.size or not ops.size:
+        return args
+    order = np.argsort(table.ts[gloo], kind="stable")
+    range_kinds = [kind(ctx.name_of(int(r))) for r in gloo[order].tolist()]
+    issued = issued_kinds(table.ts[gloo[order]], range_kinds, table.ts[ops], [kind(ctx.name_of(int(r)))
+                                                                              for r in ops.tolist()])
+    for i, ran, asked in zip(order.tolist(), range_kinds, issued):
+        if asked is not None and asked != ran:
+            a = args[i] or CommArgs()
+            args[i] = a if a.name else msgspec.structs.replace(a, name=asked)
+    return args
+
+
 def collective_rows(ctx: TraceContext) -> tuple[np.ndarray, list[CommArgs | None]]:
     """The rows that time collectives (comm kernels, gloo work ranges) and their arguments."""
     table = ctx.table
@@ -89,7 +111,7 @@ def collective_rows(ctx: TraceContext) -> tuple[np.ndarray, list[CommArgs | None
     host = ctx.host_ranges
     gloo = host[ctx.mask(host, lambda n: n.startswith("gloo:"))]
     rows = np.concatenate([kernels, gloo])
-    args = kernel_args + [table.comm_args.get(int(r)) for r in gloo.tolist()]
+    args = kernel_args + _gloo_args(ctx, gloo)
     order = np.argsort(table.ts[rows], kind="stable")
     return rows[order], [args[i] for i in order.tolist()]
 
@@ -109,7 +131,7 @@ def _compute_ranges(ctx: TraceContext) -> iv.Intervals:
 
 
 def _calls(ctx: TraceContext, rows: np.ndarray, args: list[CommArgs | None], lo: np.ndarray,
-           hi: np.ndarray) -> CollectiveCalls:
+           hi: np.ndarray, comp: iv.Intervals) -> CollectiveCalls:
     t = ctx.table
     starts = t.ts[rows]
     step = np.searchsorted(lo, starts, side="right") - 1
@@ -133,7 +155,7 @@ def _calls(ctx: TraceContext, rows: np.ndarray, args: list[CommArgs | None], lo:
     return CollectiveCalls(
         names=list(name_table), groups=list(group_table), name=name_idx, group=group_idx, seq=seq,
         step=step.tolist(), occurrence=occurrence, start_ns=starts.tolist(), dur_ns=t.dur[rows].tolist(),
-        bytes=nbytes,
+        bytes=nbytes, hidden_ns=iv.integrate(*comp, None, starts, starts + t.dur[rows]).astype(np.int64).tolist(),
     )
 
 
@@ -164,5 +186,5 @@ def rank_window(ctx: TraceContext, identity: TraceIdentity | None, steps: Steps)
         step_start_ns=lo.tolist(), step_end_ns=hi.tolist(),
         comp_ns=per_step(comp), comm_ns=per_step(comm), overlap_ns=per_step(overlap),
         dataloader_ns=[s.breakdown_ns["dataloader"] for s in steps.per_step],
-        collectives=_calls(ctx, rows, args, lo, hi),
+        collectives=_calls(ctx, rows, args, lo, hi, comp),
     )

@@ -26,6 +26,14 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     return _merge_sorted(starts[order], ends[order])
 
 
+def merge_sorted(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+    """:func:`merge` of intervals already in order of their starts."""
+    keep = ends > starts
+    if not keep.all():
+        starts, ends = starts[keep], ends[keep]
+    return _merge_sorted(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+
+
 def _merge_sorted(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     if starts.size == 0:
         return empty()

@@ -1,11 +1,11 @@
-"""Distributed aggregation: per-rank window summaries gathered to rank 0 during training, and the straggler
-scoring (a pure function of the gathered table).
+"""Live distributed aggregation: per-rank window summaries gathered to rank 0 during training and scored there.
 
-:mod:`.scoring` and :mod:`.explain` need neither torch nor Lightning (``streamprof analyze`` uses them);
-:mod:`.state` (the torchmetrics declaration of what each rank contributes), :mod:`.exchange` (the bounded
-gather through the process group's store) and :mod:`.live` (the profiler's side) import torch.
+The scoring itself is a pure function of the gathered table (:mod:`lightning_streamprof.analysis.scoring`, which
+``streamprof analyze`` uses too); this package is the gathering: :mod:`.exchange` (bounded waits on the process
+group's store), :mod:`.tree` (each host's local rank 0, then rank 0), :mod:`.wire` (a table as bytes),
+:mod:`.live` (the profiler's side) and :mod:`.state` (the torchmetrics declaration of a rank's row).
 """
 
-from lightning_streamprof.distributed.scoring import THRESHOLD, score
+from lightning_streamprof.analysis.scoring import THRESHOLD, score
 
 __all__ = ["THRESHOLD", "score"]

@@ -4,13 +4,15 @@
   budget moves the next window (the largest deferral any rank asks for), so every rank records the same steps.
 - Gather: a gather happens at a step fixed when a window ends (``gather_after`` steps after it, or the next
   window's first recorded step) and at the end of the stage: the same steps on every rank. Each rank posts the
-  :class:`~lightning_streamprof.results.RankWindow` of every window it analysed since the last gather (a few
-  KB each; windows analyse in a worker and are ready at different steps on different ranks, so a window not
-  ready yet goes with a later gather) through the store; rank 0 waits at most ``timeout`` seconds. Once every
-  rank has sent a window (or after two more gathers, or at the end: the others are then reported missing),
-  rank 0 merges the states into a :class:`~lightning_streamprof.distributed.state.WindowTable`, scores it,
-  logs the numbers through the Trainer's loggers, warns once about a straggler or a silent rank, and writes
-  ``streamprof/distributed.json`` in the window's directory.
+  :class:`~lightning_streamprof.results.RankWindow` of every window it analysed since the last gather (about
+  1 KB each as a :mod:`~lightning_streamprof.distributed.wire` table; windows analyse in a worker and are ready at
+  different steps on different ranks, so a window not ready yet goes with a later gather). The gather is
+  hierarchical (:mod:`.tree`): each host's local rank 0 waits at most half the ``timeout`` for its ranks and
+  posts their rows as one table, rank 0 waits for the hosts' tables until ``timeout``. Once every rank has sent
+  a window (or after two more gathers, or at the end: the others are then reported missing), rank 0 scores the
+  concatenated table (:func:`~lightning_streamprof.analysis.scoring.score_table`), logs the numbers through the
+  Trainer's loggers, warns once about a straggler or a silent rank, and writes ``streamprof/distributed.json``
+  in the window's directory.
 """
 
 from __future__ import annotations
@@ -19,31 +21,53 @@ import posixpath
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from lightning_streamprof.analysis.rank_table import RankTable, concat
+from lightning_streamprof.analysis.scoring import score_table
+from lightning_streamprof.distributed import wire
 from lightning_streamprof.distributed.exchange import StoreExchange
-from lightning_streamprof.distributed.state import WindowTable, decode_state, encode_state, merge_states
-from lightning_streamprof.results import DistributedStats, RankWindow, Result, to_json
+from lightning_streamprof.distributed.tree import HostLayout, TreeGather
+from lightning_streamprof.results import DistributedStats, RankWindow, Result, rank_ranges, to_json
 
 #: the largest payload a rank sends for one window
 PAYLOAD_LIMIT = 64 * 1024
+#: the most bytes of rank payloads rank 0 receives for one window: at 16,384 ranks a rank sends at most 4 KiB
+GATHER_BUDGET = 64 * 1024 * 1024
+#: the smallest per-rank limit, whatever the world size
+PAYLOAD_FLOOR = 2 * 1024
 #: the file rank 0 writes beside each window's traces, in a folder of its own: HTA reads every *.json file of a
 #: window directory as a trace
 DISTRIBUTED_FILE = "streamprof/distributed.json"
+#: above this world size, the per-rank metrics are logged for the stragglers only
+PER_RANK_METRICS_MAX = 256
+#: scored windows kept in :attr:`LiveAggregator.results` (the latest), and the most rank rows they may hold in all:
+#: a 16,384-rank window is about 30 MB of results, and each window's are in its ``streamprof/distributed.json``
+KEEP_WINDOWS = 64
+KEEP_RANK_ROWS = 32_768
 #: gathers a window may wait for a rank's late analysis before it is scored without that rank
 _PATIENCE = 2
 
 
+def payload_limit(world_size: int) -> int:
+    """Bytes a rank may send for one window: :data:`PAYLOAD_LIMIT`, less in large worlds so that rank 0 receives
+    at most :data:`GATHER_BUDGET` (never below :data:`PAYLOAD_FLOOR`)."""
+    return max(PAYLOAD_FLOOR, min(PAYLOAD_LIMIT, GATHER_BUDGET // max(world_size, 1)))
+
+
 def window_metrics(stats: DistributedStats, prefix: str = "streamprof") -> dict[str, float]:
-    """``{prefix}/rank<R>/step_ms`` (and ``sync_ms``, ``transfer_ms``, ``relative_score``),
-    ``{prefix}/straggler_score`` (the lowest relative score), ``{prefix}/stragglers`` and
-    ``{prefix}/missing_ranks`` (counts)."""
+    """``{prefix}/rank<R>/step_ms`` (and ``sync_ms``, ``transfer_ms``, ``relative_score``; every rank up to
+    :data:`PER_RANK_METRICS_MAX` ranks, the stragglers only above), ``{prefix}/straggler_score`` (the lowest
+    relative score), ``{prefix}/stragglers`` and ``{prefix}/missing_ranks`` (counts)."""
     out: dict[str, float] = {}
+    every = len(stats.ranks) <= PER_RANK_METRICS_MAX
     for r in stats.ranks:
-        for name in ("step_ms", "sync_ms", "transfer_ms", "relative_score"):
-            out[f"{prefix}/rank{r.rank}/{name}"] = float(getattr(r, name))
+        if every or r.straggler:
+            for name in ("step_ms", "sync_ms", "transfer_ms", "relative_score"):
+                out[f"{prefix}/rank{r.rank}/{name}"] = float(getattr(r, name))
     if stats.ranks:
         out[f"{prefix}/straggler_score"] = min(r.relative_score for r in stats.ranks)
     out[f"{prefix}/stragglers"] = float(len(stats.stragglers))
@@ -52,13 +76,11 @@ def window_metrics(stats: DistributedStats, prefix: str = "streamprof") -> dict[
 
 
 def payload(summary: RankWindow, limit: int = PAYLOAD_LIMIT) -> bytes:
-    """The encoded states of one rank's window; when over ``limit``, the collective calls of the last steps
-    are left out (``trimmed``) until it fits."""
+    """One rank's window as a :mod:`~lightning_streamprof.distributed.wire` table; when over ``limit``, the
+    collective calls of the last steps are left out (``trimmed``) until it fits."""
     steps = len(summary.step_numbers)
     while True:
-        table = WindowTable()
-        table.update(summary)
-        data = encode_state(table.metric_state)
+        data = wire.encode(RankTable.from_windows([summary]))
         calls = summary.collectives
         if len(data) <= limit or not len(calls):
             return data
@@ -66,12 +88,49 @@ def payload(summary: RankWindow, limit: int = PAYLOAD_LIMIT) -> bytes:
         keep = [i for i, s in enumerate(calls.step) if 0 <= s < steps] if steps else []
         cut = msgspec.structs.replace(calls, **{f: [getattr(calls, f)[i] for i in keep] for f in
                                                 ("name", "group", "seq", "step", "occurrence", "start_ns", "dur_ns",
-                                                 "bytes")})
+                                                 "bytes", "hidden_ns") if len(getattr(calls, f)) == len(calls)})
         summary = msgspec.structs.replace(summary, collectives=cut, trimmed=True)
 
 
+def host_block(parts: dict[int, list[bytes]]) -> bytes:
+    """A leader's combination of its ranks' posts ({window: payload}): per window, the rows of every rank that
+    sent it as one table, and which ranks sent it (an empty payload: the rank has no summary of it)."""
+    tables: dict[int, list[RankTable]] = {}
+    senders: dict[int, set[int]] = {}
+    for rank, posts in parts.items():
+        for data in posts:
+            try:
+                windows = msgspec.msgpack.decode(data, type=dict[int, bytes])
+            except msgspec.DecodeError:
+                continue  # a foreign or corrupt post: the rank is reported missing
+            for window, part in windows.items():
+                try:
+                    table = wire.decode(part) if part else None
+                except wire.WireError:
+                    continue
+                senders.setdefault(window, set()).add(rank)
+                if table is not None:
+                    tables.setdefault(window, []).append(table)
+    block = {w: (wire.encode(concat(tables[w]), level=1) if tables.get(w) else b"", sorted(ranks))
+             for w, ranks in senders.items()}
+    return msgspec.msgpack.encode(block)
+
+
+def _largest(parts: dict[int, list[bytes]]) -> bytes:
+    return str(max(int(v) for posts in parts.values() for v in posts)).encode()
+
+
+@dataclass
+class _Pending:
+    """Rank 0: what arrived of one window so far."""
+
+    since: int
+    tables: list[RankTable] = field(default_factory=list)
+    senders: set[int] = field(default_factory=set)
+
+
 class LiveAggregator:
-    """Agrees on window placement, gathers each window to rank 0 and scores it there."""
+    """Agrees on window placement, gathers each window to rank 0 (through the hosts' leaders) and scores it."""
 
     def __init__(
         self,
@@ -81,18 +140,20 @@ class LiveAggregator:
         gather_after: int | None,
         log_metrics: Callable[[dict[str, float], int], None],
         global_step: Callable[[], int],
+        per_host: int | None = None,
     ) -> None:
         self.exchange = exchange
         self.rank, self.world_size = exchange.rank, exchange.world_size
+        self.tree = TreeGather(exchange, HostLayout.of(self.world_size, per_host), exchange.timeout)
         self.threshold, self.gather_after = threshold, gather_after
         self._log_metrics, self._global_step = log_metrics, global_step
-        self.results: list[DistributedStats] = []  # rank 0: one per gathered window
+        self.results: list[DistributedStats] = []  # rank 0: the latest scored windows (see KEEP_WINDOWS)
         self.best_median_ms: dict[int, float] = {}
         self._due: dict[int, int | None] = {}  # window -> the step its gather happens at (None: at the end)
         self._dirs: dict[int, str] = {}  # window -> its directory
         self._outbox: dict[int, bytes] = {}  # analysed windows not posted yet
         self._steps: dict[int, int] = {}  # window -> the trainer's global step when it was recorded
-        self._pending: dict[int, tuple[dict[int, bytes], int]] = {}  # rank 0: window -> (parts by rank, gather)
+        self._pending: dict[int, _Pending] = {}  # rank 0
         self._gathers = 0
         self._ended_since_finish = 0  # windows ended since the last end-of-stage gather
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamprof-distributed")
@@ -102,12 +163,11 @@ class LiveAggregator:
         """The deferral of the window after ``window``: the largest any rank asks for (own value on timeout)."""
         tag = f"p{window}"
         try:
+            got = self.tree.gather(tag, str(steps).encode(), _largest, carry_late=False)
             if self.rank != 0:
-                self.exchange.post(tag, str(steps).encode())
-                got = self.exchange.wait_one(tag, "decision")
-                return int(got) if got is not None else steps
-            asked = self.exchange.collect(tag, ranks=range(1, self.world_size))
-            value = max([steps, *(int(v) for v in asked.values())])
+                answer = self.exchange.wait_one(tag, "decision")
+                return int(answer) if answer is not None else steps
+            value = max([steps, *(int(b) for b in got.blocks)])
             self.exchange.post(tag, str(value).encode(), rank="decision")
             return value
         except Exception as err:  # noqa: BLE001 - never stop training over the exchange
@@ -128,7 +188,8 @@ class LiveAggregator:
     def add_local(self, window: int, analysis: Result | None, global_step: int) -> None:
         """This rank's analysed window (an empty payload when it has no summary: rank 0 need not wait for it)."""
         stats = analysis.distributed if analysis is not None else None
-        self._outbox[window] = payload(stats.summaries[0]) if stats is not None and stats.summaries else b""
+        limit = payload_limit(self.world_size)
+        self._outbox[window] = payload(stats.summaries[0], limit) if stats is not None and stats.summaries else b""
         self._steps[window] = global_step
 
     def at_step(self, step: int) -> None:
@@ -160,48 +221,46 @@ class LiveAggregator:
         """Every rank posts the windows it analysed since the last gather; rank 0 scores each window once every
         rank has sent it, after ``_PATIENCE`` more gathers without it, or at the end of the stage."""
         self._gathers += 1
-        tag = f"g{self._gathers}"
         outbox, self._outbox = self._outbox, {}
-        mine = msgspec.msgpack.encode(outbox)
-        if self.rank != 0:
-            self.exchange.post(tag, mine)
+        got = self.tree.gather(f"g{self._gathers}", msgspec.msgpack.encode(outbox), host_block)
+        if got is None:
             return
-        got = self.exchange.collect(tag, ranks=range(1, self.world_size))
-        got[0] = mine
-        for rank, data in got.items():
-            for window, part in msgspec.msgpack.decode(data, type=dict[int, bytes]).items():
-                self._pending.setdefault(window, ({}, self._gathers))[0][rank] = part
+        for block in got.blocks:
+            for window, (data, senders) in msgspec.msgpack.decode(block, type=dict[int, tuple[bytes, list[int]]]).items():
+                pending = self._pending.setdefault(window, _Pending(since=self._gathers))
+                pending.senders.update(senders)
+                if data:
+                    pending.tables.append(wire.decode(data, widen=False))
         for window in sorted(self._pending):
-            parts, since = self._pending[window]
-            if final or len(parts) == self.world_size or self._gathers - since >= _PATIENCE:
+            pending = self._pending[window]
+            if final or len(pending.senders) >= self.world_size or self._gathers - pending.since >= _PATIENCE:
                 del self._pending[window]
-                self._score(window, parts)
+                self._score(window, pending)
 
-    def _score(self, window: int, parts: dict[int, bytes]) -> None:
-        table = WindowTable(threshold=self.threshold, sync_on_compute=False)
-        table.best_median_ms = dict(self.best_median_ms)
-        merge_states(table, [decode_state(data) for data in parts.values() if data])
-        silent = sorted(set(range(self.world_size)) - {r for r, d in parts.items() if d})
-        if not table.rank:
+    def _score(self, window: int, pending: _Pending) -> None:
+        table = concat(pending.tables)
+        pending.tables.clear()
+        if not len(table):
             warnings.warn(f"StreamProfiler: window {window}: no rank's analysis could be gathered", stacklevel=4)
             return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torchmetrics: compute() on merged states without update()
-            stats = table.compute()
-        stats = msgspec.structs.replace(stats, missing_ranks=silent, world_size=self.world_size,
-                                        windows=[msgspec.structs.replace(w, missing_ranks=silent)
-                                                 for w in stats.windows])
+        stats = score_table(table, self.threshold, world_size=self.world_size, best_median_ms=self.best_median_ms)
+        silent = stats.missing_ranks
         for r in stats.ranks:
             if r.steps and r.median_own_ms > 0:
                 self.best_median_ms[r.rank] = min(self.best_median_ms.get(r.rank, r.median_own_ms), r.median_own_ms)
         self.results.append(stats)
+        while len(self.results) > 1 and (len(self.results) > KEEP_WINDOWS or
+                                         sum(len(r.ranks) for r in self.results) > KEEP_RANK_ROWS):
+            del self.results[0]
         self._log_metrics(window_metrics(stats), self._steps.pop(window, None) or self._global_step())
         if stats.message:
             warnings.warn(f"StreamProfiler: window {window}: {stats.message}", stacklevel=4)
         if silent:
-            warnings.warn(f"StreamProfiler: window {window}: rank(s) {', '.join(map(str, silent))} sent no summary "
-                          f"(no answer within {self.exchange.timeout:g} s, or no analysis); scored without them",
-                          stacklevel=4)
+            unanswered = sorted(set(range(self.world_size)) - pending.senders)
+            why = (f"no answer within {self.exchange.timeout:g} s (rank(s) {rank_ranges(unanswered)})" if unanswered
+                   else "no analysis")
+            warnings.warn(f"StreamProfiler: window {window}: rank(s) {rank_ranges(silent)} sent no summary ({why}); "
+                          "scored without them", stacklevel=4)
         window_dir = self._dirs.pop(window, None)
         if window_dir is not None:
             self._writer.submit(_write, posixpath.join(window_dir, DISTRIBUTED_FILE), to_json(stats))
@@ -217,7 +276,8 @@ def _write(path: str, data: bytes) -> None:
 
 
 def make_aggregator(run_name: str, rank: int, world_size: int, **kwargs: Any) -> LiveAggregator | None:
-    """An aggregator over the default process group's store, or None outside a multi-rank process group."""
+    """An aggregator over the default process group's store, or None outside a multi-rank process group.
+    ``per_host``: ranks per host (the hierarchy of the gather; None: one level)."""
     from lightning_streamprof.distributed.exchange import default_store
 
     store = default_store() if world_size > 1 else None

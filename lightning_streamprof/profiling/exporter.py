@@ -26,7 +26,7 @@ from isal import igzip
 
 from lightning_streamprof.errors import is_disk_full
 from lightning_streamprof.profiling.counters import add_counters, utilization_counters
-from lightning_streamprof.profiling.deadline import DeadlineExceeded, call_with_deadline
+from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline
 from lightning_streamprof.profiling.problems import Problems
 from lightning_streamprof.profiling.run_dir import make_fresh_dir
 from lightning_streamprof.profiling.storage import ensure_dir, write_atomic

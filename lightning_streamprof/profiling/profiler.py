@@ -140,7 +140,8 @@ class StreamProfiler(Profiler):
             for others / its own) is below this is a straggler.
         gather_after: Steps after a window at which the ranks' summaries are gathered; ``None``: at the next
             window's first recorded step (or the end of the stage).
-        gather_timeout: Seconds rank 0 waits for the other ranks at a gather (then warns and goes on).
+        gather_timeout: Seconds rank 0 waits at a gather (each host's local rank 0 waits half of it for its ranks;
+            then warns and goes on).
         timeout: Seconds the profiler waits at most: for the trace directory at setup, for each trace write,
             and for pending exports at the end of a stage or at exit (then they are abandoned, with a warning).
 
@@ -265,9 +266,12 @@ class StreamProfiler(Profiler):
             return None
         from lightning_streamprof.distributed.live import make_aggregator
 
+        trainer = self._trainer()
+        per_host = int(getattr(trainer, "num_devices", 0) or 0) if trainer is not None else 0  # ranks per node
         return make_aggregator(run_name, rank, world_size, threshold=self.straggler_threshold,
                                gather_after=self.gather_after, timeout=self.gather_timeout,
-                               log_metrics=self._log_metrics, global_step=self._global_step)
+                               log_metrics=self._log_metrics, global_step=self._global_step,
+                               per_host=per_host or None)
 
     def _trainer(self) -> Any:
         module = getattr(self, "_lightning_module", None)

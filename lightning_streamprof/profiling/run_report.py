@@ -76,7 +76,7 @@ def with_other_ranks(run: RunResults, windows: Sequence[WindowResult], world_siz
         listed = "; ".join(f"window {w}: rank(s) {', '.join(map(str, r))}" for w, r in sorted(missing.items()))
         notes.append(f"Traces not found beside this rank's within {seconds:.0f} s (another host's disk, or not yet"
                      f" written): {listed}. `streamprof report <run directory>` on storage every rank writes to"
-                     " reads them all.")
+                     " reads them all, and `streamprof report DIR_HOST1 DIR_HOST2 ...` merges each host's.")
     notes += [f"Could not read {u}" for u in unread[:3]]
     return msgspec.structs.replace(run, windows=out, merged=merged), notes
 

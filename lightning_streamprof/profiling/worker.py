@@ -16,7 +16,7 @@ import threading
 
 import msgspec
 
-from lightning_streamprof.profiling.deadline import DeadlineExceeded, call_with_deadline
+from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline
 from lightning_streamprof.results import Result, TraceIdentity, from_json, to_json
 
 

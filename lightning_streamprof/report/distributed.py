@@ -20,7 +20,7 @@ import msgspec
 
 from lightning_streamprof.report import svg
 from lightning_streamprof.report.page import note, table
-from lightning_streamprof.results import CATEGORIES, Result, Steps
+from lightning_streamprof.results import CATEGORIES, Result, Steps, rank_ranges
 
 PARTS = ("computation", "overlap", "communication", "other")
 WAITS = ("sync", "transfer")
@@ -56,6 +56,23 @@ def comm_ops(distributed: Any) -> list[dict[str, Any]]:
     data = as_data(distributed)
     ops = data.get("comm_ops") if isinstance(data, Mapping) else None
     return [o for o in (as_data(x) for x in ops or []) if isinstance(o, Mapping)]
+
+
+def collectives_by_kind(distributed: Any) -> list[dict[str, Any]]:
+    """The collectives summed per (rank, kind: all-gather, reduce-scatter...): calls, total, hidden (overlapped
+    by computation; None when not measured) and transfer time (ns), in rank then kind order."""
+    acc: dict[tuple[Any, str], dict[str, Any]] = {}
+    for o in comm_ops(distributed):
+        row = acc.setdefault((o.get("rank"), str(o.get("kind") or "other")),
+                             {"rank": o.get("rank"), "kind": str(o.get("kind") or "other"), "calls": 0, "total_ns": 0,
+                              "hidden_ns": 0, "transfer_ns": 0})
+        row["calls"] += int(_number(o, "calls"))
+        row["total_ns"] += int(_number(o, "total_ns"))
+        row["transfer_ns"] += int(_number(o, "transfer_ns"))
+        hidden = o.get("hidden_ns")
+        row["hidden_ns"] = None if row["hidden_ns"] is None or not isinstance(hidden, (int, float)) else \
+            row["hidden_ns"] + int(hidden)
+    return sorted(acc.values(), key=lambda r: (r["rank"] if isinstance(r["rank"], int) else -1, r["kind"]))
 
 
 def _number(row: Mapping[str, Any], key: str) -> float:
@@ -111,7 +128,7 @@ def render(result: Result) -> str:
         parts.append('<p><span class="badge">straggler</span> ' + escape(", ".join(f"rank {r}" for r in flagged))
                      + "</p>")
     columns = [
-        ("rank", lambda r: r.get("rank")), ("step (ms)", lambda r: r.get("step_ms")),
+        ("rank", lambda r: r.get("rank")), ("host", lambda r: r.get("host")), ("step (ms)", lambda r: r.get("step_ms")),
         ("computation (ms)", lambda r: r.get("computation_ms")), ("overlapping (ms)", lambda r: r.get("overlap_ms")),
         ("communication (ms)", lambda r: r.get("communication_ms")), ("other (ms)", lambda r: r.get("other_ms")),
         ("synchronizing (ms)", lambda r: r.get("sync_ms")), ("transfer (ms)", lambda r: r.get("transfer_ms")),
@@ -119,10 +136,29 @@ def render(result: Result) -> str:
         ("straggler", lambda r: ('<span class="badge">straggler</span>', 1) if r.get("straggler") else None),
     ]
     parts.append("<h3>Per rank</h3>" + table(columns, rows))
+    hosts = sorted({str(r["host"]) for r in rows if r.get("host")})
+    data = as_data(result.distributed)
+    missing = data.get("missing_ranks") if isinstance(data, Mapping) else None
+    if len(hosts) > 1 or missing:
+        text = f"{len(rows)} ranks on {len(hosts)} host{'s' if len(hosts) != 1 else ''}" + (
+            f" ({', '.join(hosts[:8])}{', ...' if len(hosts) > 8 else ''})" if hosts else "")
+        if missing:
+            text += (f"; no trace of rank(s) {rank_ranges(int(m) for m in missing if isinstance(m, int))} "
+                     "(another host's directory? `streamprof report DIR_A DIR_B ...` merges them)")
+        parts.append(note(text + "."))
+    kinds = collectives_by_kind(result.distributed)
+    if kinds:
+        kind_columns = [
+            ("rank", lambda k: k["rank"]), ("kind", lambda k: k["kind"]), ("calls", lambda k: k["calls"]),
+            ("total (ms)", lambda k: k["total_ns"] / 1e6),
+            ("hidden (ms)", lambda k: None if k["hidden_ns"] is None else k["hidden_ns"] / 1e6),
+            ("exposed (ms)", lambda k: None if k["hidden_ns"] is None else (k["total_ns"] - k["hidden_ns"]) / 1e6),
+            ("transfer (ms)", lambda k: k["transfer_ns"] / 1e6),
+        ]
+        parts.append("<h3>Collectives by kind: hidden behind computation vs exposed</h3>" + table(kind_columns, kinds))
     ops = comm_ops(result.distributed)
     if ops:
         parts.append("<h3>Collectives</h3>" + _generic_table(ops))
-    data = as_data(result.distributed)
     waited = [w for w in data.get("waited_for") or [] if isinstance(w, Mapping)]
     if waited:
         parts.append("<h3>Ranks the others waited for</h3>" + _generic_table(waited))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Callable
 
@@ -11,18 +11,21 @@ from typing import Any, Callable
 MANY_TRACES = 3
 
 
-def is_remote(path: str) -> bool:
-    """An fsspec URL other than a local file."""
+def is_remote(path: str | Sequence[str]) -> bool:
+    """An fsspec URL other than a local file (any of several paths)."""
+    if isinstance(path, (list, tuple)):
+        return any(is_remote(p) for p in path)
     scheme, sep, _ = str(path).partition("://")
     return bool(sep) and scheme not in ("file", "local")
 
 
-def wants_bar(path: str, total: int) -> bool:
+def wants_bar(path: str | Sequence[str], total: int) -> bool:
     return is_remote(path) or total >= MANY_TRACES
 
 
 @contextmanager
-def reading(path: str, stream: Any = None, force: bool | None = None) -> Iterator[Callable[[int, int, str], None]]:
+def reading(path: str | Sequence[str], stream: Any = None,
+            force: bool | None = None) -> Iterator[Callable[[int, int, str], None]]:
     """A ``progress(done, total, trace)`` callback drawing a transient bar on ``stream`` (stderr) when it is a
     terminal (or ``force``) and :func:`wants_bar`; it draws nothing otherwise."""
     from rich.console import Console

@@ -16,7 +16,8 @@ from lightning_streamprof.report.tables import (
     plain,
     table,
 )
-from lightning_streamprof.results import DistributedStats, Result, WindowResults
+from lightning_streamprof.report.distributed import collectives_by_kind
+from lightning_streamprof.results import DistributedStats, Result, WindowResults, rank_ranges
 
 _KERNELS = (
     ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total (ms)", lambda k: ms(k.total_ns)),
@@ -46,6 +47,15 @@ _COMM_OPS = (
     ("mean KB", lambda o: "" if o.mean_bytes is None else f"{o.mean_bytes / 1e3:.1f}"),
     ("total ms", lambda o: ms(o.total_ns)), ("mean ms", lambda o: ms(o.mean_ns)),
     ("transfer ms", lambda o: ms(o.transfer_ns)), ("mean transfer ms", lambda o: ms(o.mean_transfer_ns)),
+    ("hidden ms", lambda o: None if o.hidden_ns is None else ms(o.hidden_ns)),
+    ("exposed ms", lambda o: None if o.exposed_ns is None else ms(o.exposed_ns)),
+)
+_KINDS = (
+    ("rank", lambda k: k["rank"]), ("kind", lambda k: k["kind"]), ("calls", lambda k: k["calls"]),
+    ("total ms", lambda k: ms(k["total_ns"])), ("hidden ms", lambda k: None if k["hidden_ns"] is None else
+                                                  ms(k["hidden_ns"])),
+    ("exposed ms", lambda k: None if k["hidden_ns"] is None else ms(k["total_ns"] - k["hidden_ns"])),
+    ("transfer ms", lambda k: ms(k["transfer_ns"])),
 )
 
 
@@ -62,7 +72,13 @@ def render_distributed(stats: DistributedStats, top: int = 10) -> str:
     plain(out, f"  -> {for_terminal(stats.message)}" if stats.message else
           f"  no straggler (every relative score >= {stats.threshold:g})")
     if stats.missing_ranks:
-        out.print(f"  missing ranks: {', '.join(map(str, stats.missing_ranks))}", markup=False, highlight=False)
+        out.print(f"  missing ranks: {rank_ranges(stats.missing_ranks)}", markup=False, highlight=False)
+    kinds = collectives_by_kind(stats)
+    if len({k["kind"] for k in kinds}) > 1 or any(k["kind"] in ("all_gather", "reduce_scatter") for k in kinds):
+        rendered = table("Collectives by kind (hidden: overlapped by computation; exposed: the rest)", _KINDS, kinds,
+                         max(top, 2 * len(stats.ranks)) if len(stats.ranks) <= 16 else top)
+        if rendered is not None:
+            out.print(rendered)
     rendered = table("Communication ops", _COMM_OPS, stats.comm_ops, top)
     if rendered is not None:
         out.print(rendered)

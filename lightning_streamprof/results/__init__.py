@@ -24,6 +24,7 @@ from lightning_streamprof.results.distributed import (
     RankStats,
     RankWindow,
     WaitedFor,
+    rank_ranges,
 )
 from lightning_streamprof.results.merge import group_runs, merge
 from lightning_streamprof.results.schema import (
@@ -65,6 +66,7 @@ __all__ = [
     "LateStart",
     "RankStats",
     "RankWindow",
+    "rank_ranges",
     "WaitedFor",
     "DeviceMemory",
     "from_json",

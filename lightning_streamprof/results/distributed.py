@@ -3,12 +3,15 @@
 A :class:`RankWindow` is one rank's profiling window reduced to what the cross-rank analysis needs (a few KB:
 per-step times and one row per collective call); it is the row each rank sends to rank 0 during training and
 what a trace's own result carries. :class:`DistributedStats` is computed from a table of them by
-:func:`lightning_streamprof.distributed.scoring.score` (definitions in the module docs there).
+:func:`lightning_streamprof.analysis.scoring.score` (definitions in the module docs there), through a columnar
+:class:`~lightning_streamprof.analysis.rank_table.RankTable` of them.
 
 Times are integer nanoseconds unless named ``_ms`` (milliseconds per step, float).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import msgspec
 
@@ -23,7 +26,8 @@ class CollectiveCalls(_Struct):
     ``name``/``group`` index ``names``/``groups``; ``seq`` is the process group's sequence number (-1 when the
     trace has none: gloo); ``step`` indexes the window's steps (-1 outside them); ``occurrence`` counts calls of
     the same group and name within the step (the matching key when ``seq`` is unknown); ``bytes`` is -1 when
-    unknown. ``start_ns``/``dur_ns`` time the collective where it runs (the NCCL kernel, gloo's work range).
+    unknown. ``start_ns``/``dur_ns`` time the collective where it runs (the NCCL kernel, gloo's work range);
+    ``hidden_ns`` is the part of it that overlaps computation (empty: not measured).
     """
 
     names: list[str] = []
@@ -36,6 +40,7 @@ class CollectiveCalls(_Struct):
     start_ns: list[int] = []
     dur_ns: list[int] = []
     bytes: list[int] = []
+    hidden_ns: list[int] = []
 
     def __len__(self) -> int:
         return len(self.name)
@@ -99,7 +104,13 @@ class RankStats(_Struct):
 
 class CommOpStats(_Struct):
     """One collective name on one rank: calls, message bytes (None when unknown), latency (the call's time on
-    this rank) and transfer time (the shortest time of the same call over the ranks)."""
+    this rank) and transfer time (the shortest time of the same call over the ranks).
+
+    ``kind`` is the collective's family whatever its spelling (``all_gather``, ``reduce_scatter``,
+    ``all_reduce``...: :func:`lightning_streamprof.analysis.collective_kinds.kind`); ``hidden_ns`` is the part of
+    ``total_ns`` that overlaps computation and ``exposed_ns`` the rest (None when the trace's window did not
+    measure it).
+    """
 
     rank: int
     name: str
@@ -110,6 +121,9 @@ class CommOpStats(_Struct):
     mean_ns: float
     transfer_ns: int
     mean_transfer_ns: float
+    kind: str = "other"
+    hidden_ns: int | None = None
+    exposed_ns: int | None = None
 
 
 class LateStart(_Struct):
@@ -168,3 +182,17 @@ class DistributedStats(_Struct):
     windows: list[DistributedWindow]
     missing_ranks: list[int] = []
     summaries: list[RankWindow] = []
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``0-7, 12, 40-41``: ranks as runs (a silent host of 8 ranks is one item, not eight)."""
+    out: list[str] = []
+    ranks = sorted(set(ranks))
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ", ".join(out)

@@ -1,6 +1,6 @@
 """Reading local paths and fsspec URLs: bounded waits and one-line reasons.
 
-A remote store gets :func:`~lightning_streamprof.profiling.deadline.io_timeout` seconds per request (30 s, or
+A remote store gets :func:`~lightning_streamprof.deadline.io_timeout` seconds per request (30 s, or
 ``$STREAMPROF_IO_TIMEOUT``) and few retries, so an unreachable endpoint fails in seconds. Every problem becomes
 a :class:`~lightning_streamprof.trace.TraceFormatError` naming the path and the real reason: a missing extra,
 no credentials, connection refused, a time-out, no such file.
@@ -18,7 +18,7 @@ import fsspec
 from fsspec.core import split_protocol, url_to_fs
 
 from lightning_streamprof.errors import describe
-from lightning_streamprof.profiling.deadline import DeadlineExceeded, call_with_deadline, io_timeout
+from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline, io_timeout
 from lightning_streamprof.trace.table import TraceFormatError
 
 T = TypeVar("T")

@@ -11,8 +11,9 @@ from multirank import rank_trace
 from lightning_streamprof.analysis import analyze_table
 from lightning_streamprof.distributed.exchange import StoreExchange
 from lightning_streamprof.distributed.live import LiveAggregator, payload, window_metrics
-from lightning_streamprof.distributed.scoring import score
-from lightning_streamprof.distributed.state import WindowTable, decode_state, merge_states
+from lightning_streamprof.analysis.scoring import score
+from lightning_streamprof.distributed import wire
+from lightning_streamprof.distributed.state import WindowTable, merge_states
 from lightning_streamprof.trace.identity import trace_identity
 
 
@@ -83,7 +84,8 @@ def test_two_ranks_gather_late_windows_and_agree_on_placement(store, tmp_path):
     # waits long enough for a loaded machine to run the other thread (they end as soon as the answer is there)
     import threading
 
-    zero, one = aggregator(store, 0, [], timeout=20), aggregator(store, 1, [], timeout=20)
+    other_client = dist.TCPStore("127.0.0.1", store.port, 2, False)  # a rank of its own: its own connection
+    zero, one = aggregator(store, 0, [], timeout=20), aggregator(other_client, 1, [], timeout=20)
     answer = {}
     t = threading.Thread(target=lambda: answer.setdefault(1, one.agree_defer(0, 9)))
     t.start()
@@ -102,6 +104,8 @@ def test_window_table_is_the_torchmetrics_declaration_of_the_rows():
         tables.append(table)
     assert all(table._reductions[name].__name__ == "dim_zero_cat" for name in tables[0]._defaults)
     merged = WindowTable(sync_on_compute=False)
-    merge_states(merged, [decode_state(payload(row)) for row in rows])
+    merge_states(merged, [t.metric_state for t in tables])
     assert merged.rows() == rows
     assert merged.compute() == score(rows)
+    # the live gather's bytes: the same rows
+    assert [wire.decode(payload(row)).to_windows()[0] for row in rows] == rows

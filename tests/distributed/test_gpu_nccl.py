@@ -1,5 +1,9 @@
 """Two GPUs, NCCL: the injected straggler is found live and post hoc, with Lightning and with a plain
-torch.profiler + DistributedDataParallel loop, and balanced runs flag nobody (benchmarks/distributed_stragglers.py)."""
+torch.profiler + DistributedDataParallel loop, and balanced runs flag nobody (benchmarks/distributed_stragglers.py).
+
+Runs as ``pytest -m gpu`` on a machine with 2 GPUs (skipped with fewer). With ``$STREAMPROF_BENCH_OUT`` set, the
+benchmark's result files are written there (else in the test's temporary directory).
+"""
 
 import json
 import os
@@ -8,18 +12,22 @@ import sys
 
 import pytest
 import torch
+from helpers import bench_out
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.gpu
+@pytest.mark.timeout(600)
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 def test_nccl_stragglers_found_and_balanced_runs_clean(tmp_path):
+    out = bench_out(tmp_path)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "distributed_stragglers.py"),
-                           "--accelerator", "gpu", "--out", str(tmp_path), "--tag", "test"],
-                          capture_output=True, text=True, timeout=900)
-    (result,) = [f for f in os.listdir(tmp_path) if f.endswith(".json")]
-    with open(tmp_path / result) as f:
+                           "--accelerator", "gpu", "--out", out, "--tag", "h200x2-test", "--timeout", "120"],
+                          capture_output=True, text=True, timeout=540)
+    (result,) = [f for f in os.listdir(out) if f.startswith("distributed_stragglers-h200x2-test") and
+                 f.endswith(".json")]
+    with open(os.path.join(out, result)) as f:
         results = json.load(f)["results"]
     assert {r["scenario"] for r in results} == {"lightning-straggler", "lightning-balanced", "plain-straggler",
                                                 "plain-balanced"}

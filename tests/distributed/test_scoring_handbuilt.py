@@ -14,7 +14,7 @@ from multirank import rank_trace, write_run
 
 from lightning_streamprof.analysis import analyze_table
 from lightning_streamprof.api import analyze
-from lightning_streamprof.distributed.scoring import score
+from lightning_streamprof.analysis.scoring import score
 from lightning_streamprof.results import RankWindow
 from lightning_streamprof.trace.identity import trace_identity
 

@@ -5,7 +5,7 @@ import sys
 import time
 
 from lightning_streamprof.distributed.live import PAYLOAD_LIMIT, payload
-from lightning_streamprof.distributed.scoring import score
+from lightning_streamprof.analysis.scoring import score
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "benchmarks"))
@@ -30,11 +30,9 @@ def test_payload_stays_under_the_limit_when_a_window_holds_many_collectives():
     (row,) = synthetic_windows(1, slow=-1, steps=8, calls=2000)  # 16,000 calls: an FSDP-sized window
     data = payload(row)
     assert len(data) <= PAYLOAD_LIMIT
-    from lightning_streamprof.distributed.state import WindowTable, decode_state, merge_states
+    from lightning_streamprof.distributed import wire
 
-    table = WindowTable(sync_on_compute=False)
-    merge_states(table, [decode_state(data)])
-    (back,) = table.rows()
+    (back,) = wire.decode(data).to_windows()
     assert back.trimmed and 0 < len(back.collectives) < 16_000
     assert back.step_numbers == row.step_numbers  # whole steps are kept; only later steps' calls are left out
     assert set(back.collectives.step) == set(range(max(back.collectives.step) + 1))

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from lightning_streamprof.profiling.deadline import DeadlineExceeded, call_with_deadline, io_timeout, store_gather
+from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline, io_timeout, store_gather
 
 
 def test_a_hanging_call_is_abandoned_after_its_deadline():
