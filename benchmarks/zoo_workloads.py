@@ -7,7 +7,7 @@
 - ``ldm``: latent-diffusion fine-tuning as diffusers' training scripts write it: a frozen ``AutoencoderKL``
   (``vae.encode(x).latent_dist.sample() * scaling_factor``) and a frozen CLIP text encoder
   (``text_encoder(input_ids)[0]``) on the batch, noise and timesteps drawn in the step, a trainable
-  ``UNet2DConditionModel``;
+  ``UNet2DConditionModel`` (channels 64, 128; ``ldmsu``: a smaller one, 32, 64);
 - ``resnet50c``: a frozen torchvision ResNet-50 under ``torch.compile`` (inductor), normalised input, linear head;
 - ``busy``: a loop that validates every 100 steps, checkpoints every 200, accumulates 2 batches, clips gradients
   and schedules the learning rate, on a frozen torchvision ResNet-18 and a trainable MLP head.
@@ -91,7 +91,7 @@ class TimmLinearProbe(FrozenParts):
 class LatentDiffusionFineTune(FrozenParts):
     frozen = ("vae", "text_encoder")
 
-    def __init__(self, size: int = 128) -> None:
+    def __init__(self, size: int = 128, unet_channels: tuple[int, int] = (64, 128)) -> None:
         super().__init__()
         from diffusers import AutoencoderKL, UNet2DConditionModel
         from transformers import CLIPTextConfig, CLIPTextModel
@@ -104,7 +104,7 @@ class LatentDiffusionFineTune(FrozenParts):
                                                          max_position_embeddings=77, bos_token_id=0, eos_token_id=1,
                                                          pad_token_id=0))
         self.unet = UNet2DConditionModel(sample_size=size // 4, in_channels=4, out_channels=4, layers_per_block=1,
-                                         block_out_channels=(64, 128), norm_num_groups=32, attention_head_dim=8,
+                                         block_out_channels=unet_channels, norm_num_groups=32, attention_head_dim=8,
                                          down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
                                          up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=256)
         self.freeze_parts()
@@ -140,9 +140,10 @@ class CompiledResNet(FrozenParts):
 def make(workload: str, length: int, image_size: int | None) -> tuple[L.LightningModule, Dataset]:
     if workload in ("vit", "vitff"):
         return TimmLinearProbe("features" if workload == "vitff" else "forward"), DictImages(length, image_size or 224)
-    if workload == "ldm":
+    if workload in ("ldm", "ldmsu"):
         size = image_size or 128
-        return LatentDiffusionFineTune(size), DictImages(length, size)
+        unet = (32, 64) if workload == "ldmsu" else (64, 128)
+        return LatentDiffusionFineTune(size, unet), DictImages(length, size)
     if workload == "resnet50c":
         return CompiledResNet(), DictImages(length, image_size or 224)
     if workload == "busy":
