@@ -233,7 +233,7 @@ class StreamPipeline(Callback):
                               (Arg("equal", UserInput(self.backbone_input)),), amp)
             self._install(Program([call], amp=amp))
         elif watched:
-            self._probe = CallProbe(watched)
+            self._probe = CallProbe(watched, refuse_sharded=cuda)
         self._start_auto_if_ready()
         self._orig_batch_hook = api.replace_batch_hook(pl_module, self._call_batch_hook)
 

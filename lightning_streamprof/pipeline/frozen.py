@@ -24,6 +24,21 @@ def is_frozen(module: nn.Module) -> bool:
     return bool(params) and not any(p.requires_grad for p in params)
 
 
+def sharded(module: nn.Module) -> str | None:
+    """Why a module's weights are split across ranks (FSDP, FSDP2, tensor parallel), or ``None``: its forward then
+    gathers them in collectives, which every rank must issue in the same order."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except Exception:  # noqa: BLE001 - torch without distributed tensors
+        DTensor = ()  # type: ignore[assignment,misc]
+    for p in module.parameters():
+        if DTensor and isinstance(p, DTensor):
+            return "its weights are DTensors (FSDP2 or tensor parallel)"
+        if getattr(p, "_fsdp_flattened", False):
+            return "its weights are sharded by FSDP"
+    return None
+
+
 def unwrap(module: nn.Module) -> nn.Module:
     """The module a ``torch.compile`` wrapper holds (the module itself otherwise)."""
     while isinstance(module, OptimizedModule):

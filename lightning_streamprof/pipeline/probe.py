@@ -20,7 +20,7 @@ from lightning_streamprof.pipeline.derivation import (
     Known,
     amp_state,
 )
-from lightning_streamprof.pipeline.frozen import Patch, call_methods, inner_frozen, undo_all
+from lightning_streamprof.pipeline.frozen import Patch, call_methods, inner_frozen, sharded, undo_all
 from lightning_streamprof.pipeline.proxy import FIX
 from lightning_streamprof.pipeline.program import Arg, Program, StagedCall, describe_tensor, reads_outputs
 
@@ -45,8 +45,9 @@ class CallProbe:
     methods of each, and ``forward`` of the frozen modules inside them, while a :class:`DerivationRecorder`
     follows how the step makes their arguments. Calls made from inside a watched call are part of it."""
 
-    def __init__(self, watched: list[tuple[str, nn.Module]]) -> None:
+    def __init__(self, watched: list[tuple[str, nn.Module]], refuse_sharded: bool = False) -> None:
         self.watched = watched
+        self.refuse_sharded = refuse_sharded  # with CUDA streams and threads: a sharded module's gathers stay
         self._recorder: DerivationRecorder | None = None
         self._patches: list[Patch] = []
         self._calls: list[StagedCall] = []
@@ -101,6 +102,11 @@ class CallProbe:
         finally:
             rec.paused -= 1
         problem, fix = judged.problem, FIX
+        split = sharded(module) if self.refuse_sharded and problem is None and judged.from_batch else None
+        if split is not None:
+            problem = (f"is sharded across ranks ({split}): its forward gathers its weights in collectives that"
+                       " every rank must issue in the step's order, never from the staging thread or a side stream")
+            fix = ""
         if problem is None and judged.from_batch and not _same_rng(rng, _rng_state(device)):
             problem = "draws random numbers (the global generator advanced during the call)"
             fix = ("Call `.eval()` on it if that is dropout, or draw the random numbers in the step from its output"

@@ -191,3 +191,47 @@ def test_kornia_on_the_global_generator_without_seeding_still_trains_every_batch
     pipe = StreamPipeline(mode="on")
     model = fit(KorniaAugmented(seeded=False), pipe)
     assert model.augmented == STEPS and pipe.staged_batches == STEPS and len(model.losses) == STEPS
+
+
+class ShardedTeacher(DropoutTeacher):
+    """A frozen module whose weights are marked as FSDP's (``use_orig_params``), in eval mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.teacher.eval()
+        for p in self.teacher.parameters():
+            p._fsdp_flattened = True
+
+
+def test_a_sharded_frozen_module_is_named_once_and_computed_in_the_step_where_streams_stage(monkeypatch):
+    """With CUDA streams and a staging thread, a sharded module's all-gathers would leave the step's order:
+    it is refused (here forced, as on a GPU) with one warning, and training equals serial."""
+    from lightning_streamprof.pipeline import callback as pipeline_callback
+    from lightning_streamprof.pipeline.probe import CallProbe
+
+    monkeypatch.setattr(pipeline_callback, "CallProbe", lambda watched, refuse_sharded: CallProbe(watched, True))
+    serial = fit(ShardedTeacher(), None)
+    with pytest.warns(UserWarning) as record:
+        piped = fit(ShardedTeacher(), pipe := StreamPipeline(mode="on"))
+    named = [str(w.message) for w in record if "sharded across ranks" in str(w.message)]
+    assert len(named) == 1 and named[0].startswith("StreamPipeline: `teacher.forward` is sharded across ranks (its"
+                                                   " weights are sharded by FSDP)")
+    assert_same_training(piped, serial)
+    assert pipe.staged_calls == []
+
+
+def test_sharded_recognises_dtensor_weights(tmp_path):
+    import torch.distributed as dist
+    from torch.distributed.tensor import DeviceMesh, Replicate, distribute_tensor
+
+    from lightning_streamprof.pipeline.frozen import sharded
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        mesh = DeviceMesh("cpu", [0])
+        layer = nn.Linear(4, 4)
+        assert sharded(layer) is None
+        layer.weight = nn.Parameter(distribute_tensor(layer.weight.detach(), mesh, [Replicate()]))
+        assert sharded(layer) == "its weights are DTensors (FSDP2 or tensor parallel)"
+    finally:
+        dist.destroy_process_group()
