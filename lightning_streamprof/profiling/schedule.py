@@ -131,9 +131,9 @@ class OverheadBudget:
     system) is charged as a typical step of the window, and its stall is not the profiler's. A step in which
     validation or a checkpoint ran (``tainted``) is charged its own time only.
 
-    :meth:`defer_steps` says how many steps the next window must wait so that the cost of all windows stays within
-    ``max_overhead`` of the training time so far; a period still open counts with its cost so far plus the mean
-    cost of earlier windows' exports.
+    :meth:`defer_steps` says how many steps the next window must wait so that the cost of all windows, the next one
+    included, stays within ``max_overhead`` of the training time: the next window is expected to cost what earlier
+    windows cost on average, and a period still open counts with its cost so far plus the rest of an average export.
     """
 
     def __init__(self, max_overhead: float | None, baseline_steps: int = 64, cap_factor: float = 3.0,
@@ -152,6 +152,7 @@ class OverheadBudget:
         self._tail = 0.0
         self._tail_steps = 0
         self._tail_costs: list[float] = []
+        self._period_costs: list[float] = []
 
     # ------------------------------------------------------------------ steps
     def unprofiled_step(self, seconds: float) -> None:
@@ -195,7 +196,9 @@ class OverheadBudget:
         """Exports are done: the period's cost is settled."""
         if not self._open:
             return
-        self._settled += self._own + max(0.0, self._excess)
+        cost = self._own + max(0.0, self._excess)
+        self._settled += cost
+        self._period_costs.append(cost)
         self._tail_costs.append(self._tail)
         self._open, self._own, self._excess, self._tail, self._tail_steps = False, 0.0, 0.0, 0.0, 0
 
@@ -228,5 +231,7 @@ class OverheadBudget:
         cost = self.total_cost
         if self._open and self._tail_costs:  # the rest of the open export, as earlier exports cost
             cost += max(0.0, statistics.fmean(self._tail_costs) - self._tail)
+        if self._period_costs:  # the next window itself, as earlier windows cost
+            cost += statistics.fmean(self._period_costs)
         needed = cost / self.max_overhead - elapsed
         return math.ceil(needed / self.baseline.stats[0]) if needed > 0 else 0
