@@ -13,7 +13,7 @@ from lightning_streamprof.profiling.schedule import OverheadBudget
 
 
 def test_report_summary_and_tensorboard_text(tmp_path, monkeypatch):
-    calls = iter([0, 10, 0, 0, 0, 0])  # asked at each window's start and end: the budget moves the second window by 10
+    calls = iter([10, 0, 0, 0, 0])  # the budget moves the second window by 10 steps
     monkeypatch.setattr(OverheadBudget, "defer_steps", lambda self, elapsed: next(calls, 0))
     logger = TensorBoardLogger(str(tmp_path), name="tb")
     prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=3, warmup=1, active=2, every=10, max_overhead=None)

@@ -261,10 +261,12 @@ class WindowRecorder:
         self._tainted = False
 
     def _over_budget(self, step: int) -> bool:
-        """At a window's first step: move it to a later grid point while the cost so far (the open export's too)
-        is over budget. True when it moved."""
-        defer = self.budget.defer_steps(self.training_seconds)
-        if defer <= 0 or self._window is None:
+        """At a window's first step, with a budget: move it to a later grid point while an earlier window's export
+        runs or the cost so far is over budget. True when it moved."""
+        if self.budget.max_overhead is None or self._window is None:
+            return False
+        defer = 1 if self.exporter.busy else self.budget.defer_steps(self.training_seconds)
+        if defer <= 0:
             return False
         planned = self._window
         moved = self.schedule.window(self._windows_done, not_before=step + defer)

@@ -2,7 +2,7 @@
 counter track and gzip of a trace compete with training.
 
 The worker is a plain ``python -m lightning_streamprof.profiling.worker`` child (no multiprocessing, so the
-user's training script is never re-imported), at the lowest CPU priority (nice 19), with one thread for numpy and
+user's training script is never re-imported), at a low CPU priority (nice 10), with one thread for numpy and
 BLAS. It reads one request per line on stdin, the JSON of a :class:`_Request`: the trace's
 :class:`~lightning_streamprof.results.TraceIdentity` with ``path`` set to the local file to read, and a gzip level
 when the worker is to return the trace ready to write. It answers one JSON line on stdout, ``{"ok": <result JSON>}``
@@ -26,8 +26,9 @@ import msgspec
 from lightning_streamprof.profiling.deadline import DeadlineExceeded, call_with_deadline
 from lightning_streamprof.results import Result, TraceIdentity, from_json, to_json
 
-#: the worker's CPU priority (the lowest): the training process and its DataLoader workers come first
-NICE = 19
+#: the worker's CPU priority: below the training process and its DataLoader workers (a tenth of their CPU share
+#: where it competes with them), yet not starved on a busy machine, so that its windows' exports end soon
+NICE = 10
 #: thread pools of the numerical libraries the analysis may load, held to one thread each
 _ONE_THREAD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS", "RAYON_NUM_THREADS")
@@ -171,8 +172,8 @@ def _reap(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _lowest_priority() -> None:
-    """The worker gives way to everything else on the machine (nice 19)."""
+def _low_priority() -> None:
+    """The worker gives way to the training process (nice 10)."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, NICE)
     except (OSError, AttributeError):
@@ -209,7 +210,11 @@ def _answer(line: bytes) -> tuple[_Answer, bytes | None]:
 
 
 def _serve() -> None:
-    _lowest_priority()
+    _low_priority()
+    import lightning_streamprof.analysis  # noqa: F401 - imported before the first window, not in its wait
+    import lightning_streamprof.profiling.postprocess  # noqa: F401
+    import lightning_streamprof.trace  # noqa: F401
+
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         if not line.strip():
