@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from lightning_streamprof.report import distributed, svg
 from lightning_streamprof.report.cost import ProfilingCost
-from lightning_streamprof.report.findings import evidence_text, findings
+from lightning_streamprof.report.findings import findings
 from lightning_streamprof.report.page import cards, note, page, table
 from lightning_streamprof.results import CATEGORIES, Result, RunResults, Steps, WindowResults
 
@@ -223,7 +223,7 @@ def _recommendations(result: Result, windows: Sequence[WindowResults]) -> str:
         return note("Nothing to recommend: no rule found a problem in these traces.")
     out = []
     for f in found:
-        items = "".join(f"<li>{escape(label)}: {escape(evidence_text(ev))}</li>" for label, ev in f.per_trace)
+        items = "".join(f"<li>{escape(label)}: {escape(line)}</li>" for label, line in f.per_trace)
         out.append(f'<div class="rec"><div class="id">{escape(f.id)}</div><div>{escape(f.message)}</div>'
                    + (f"<ul>{items}</ul>" if items else "") + "</div>")
     return "".join(out)

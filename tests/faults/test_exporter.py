@@ -76,7 +76,8 @@ def _device_trace(directory):
 def test_a_device_trace_is_gzipped_by_the_worker_not_here(tmp_path, private_tmp, monkeypatch):
     """The worker returns the trace gzipped with its counter track: the training process's threads do not compress
     it (here they cannot)."""
-    monkeypatch.setattr(exporter_module, "gzipped_trace", lambda *a, **k: pytest.fail("gzipped in the training process"))
+    monkeypatch.setattr(exporter_module, "gzipped_trace",
+                        lambda *a, **k: pytest.fail("gzipped in the training process"))
     exp = TraceExporter(timeout=60)
     target = tmp_path / "out" / "w0.pt.trace.json.gz"
     exp.submit(_device_trace(private_tmp), TraceIdentity(path=str(target), window=0), steps=(0, 1), device_work=True)
