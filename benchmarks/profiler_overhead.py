@@ -16,7 +16,8 @@ configurations (``--configs``), the first ``--extra-rounds`` also the others (``
 Each run is one line of ``<out>/profiler_overhead-<tag>.jsonl``, written as it ends (machine, date, command and code
 version with it); ``<out>/profiler_overhead-<tag>.md`` is rewritten after each. A later call with the same file
 (``--resume FILE`` copies one in first) adds the rounds still missing, so rounds spread over several calls of a
-time-limited machine add up: ``--time-limit`` stops starting runs that would not end in time.
+time-limited machine add up: ``--time-limit`` starts a round's runs of a workload only when all of them should end
+in time (each run expected to take as long as its configuration's last run).
 
 The table gives, per workload and configuration, the median steps/s, the median of the per-round ratios to no
 profiler (each round's run against that round's run without a profiler) with their spread, the same for the whole fit
@@ -230,12 +231,15 @@ def main(argv: list[str] | None = None) -> None:
     took: dict[tuple[str, str], float] = {}
     for r in rows:
         took[(r["workload"], r["config"])] = r.get("wall_s", 0.0)
+    group = None
     for rnd, spec, config in todo:
-        expected = took.get((workload_key(*spec), config), 60.0)
-        if args.time_limit is not None and time.perf_counter() - started + expected > args.time_limit:
-            print(f"profiler_overhead: time limit; stopped before round {rnd} {workload_key(*spec)} {config}",
-                  flush=True)
-            break
+        if (rnd, spec) != group:  # a round's runs of one workload start only when all of them fit in the time left
+            group = (rnd, spec)
+            expected = sum(took.get((workload_key(*spec), c), 60.0) for r, w, c in todo if (r, w) == group)
+            if args.time_limit is not None and time.perf_counter() - started + expected > args.time_limit:
+                print(f"profiler_overhead: time limit; stopped before round {rnd} of {workload_key(*spec)}",
+                      flush=True)
+                break
         row = run_one(rnd, spec, config, args, args.run_timeout)
         row.update(date=now(), device=device, machine=meta["machine"], command=meta["command"], code=meta["code"])
         took[(row["workload"], config)] = row["wall_s"]
