@@ -26,13 +26,15 @@ class ProfilingCost:
         return self.seconds / self.training_seconds if self.training_seconds > 0 else 0.0
 
     def headline(self) -> str:
-        """``profiling cost 1.3% of the training time (0.41 s of 31.20 s, 9 windows)``."""
+        """``profiling cost 1.3% of the training time (0.41 s of 31.20 s)``."""
         return (f"profiling cost {100 * self.fraction:.1f}% of the training time ({self.seconds:.2f} s of "
-                f"{self.training_seconds:.2f} s, {self.windows} window{'s' if self.windows != 1 else ''})")
+                f"{self.training_seconds:.2f} s)")
 
     def sentence(self) -> str:
-        """The headline with how it was measured, and the end of the stage's wait."""
-        text = f"{self.headline()[0].upper()}{self.headline()[1:]}: measured as {HOW_MEASURED}."
+        """The cost over its windows with how it was measured, and what the end of the stage took."""
+        windows = f"{self.windows} window{'s' if self.windows != 1 else ''}"
+        text = (f"Profiling cost {100 * self.fraction:.1f}% of the training time ({self.seconds:.2f} s of "
+                f"{self.training_seconds:.2f} s, {windows}): measured as {HOW_MEASURED}.")
         if self.end_seconds is not None and self.end_seconds >= 0.005:
             text += (f" The end of the stage took {self.end_seconds:.2f} s more for the last window's export and"
                      " the report.")
