@@ -149,8 +149,8 @@ def render(rows: list[dict], summary: list[dict], meta: dict) -> str:
              f"`{meta['command']}`  ", f"{machine_line(meta['machine'])}; torch {meta['torch']}, lightning "
              f"{meta['lightning']}; code {meta['code']}; {meta['steps']} steps per run, timed from step 10; "
              f"{len([r for r in rows if 'rate' in r])} runs over {len({r['round'] for r in rows})} rounds", "",
-             "| workload | config | rounds | median steps/s | ratio to no profiler: median (min-max) | whole fit: median "
-             "(min-max) | stated cost | measured loss | stated - measured | steps between windows vs none | "
+             "| workload | config | rounds | median steps/s | ratio to no profiler: median (min-max) | whole fit: "
+             "median (min-max) | stated cost | measured loss | stated - measured | steps between windows vs none | "
              "GPU util. in windows | windows |",
              "| --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for e in summary:

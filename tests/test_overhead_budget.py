@@ -107,6 +107,27 @@ def test_every_cost_of_the_run_is_charged():
     assert budget.total_cost > paid - two_tail_steps / 2  # the steps after the first two are charged
 
 
+def test_the_first_windows_set_up_is_charged():
+    """Kineto's and CUPTI's set-up make the first window's preparation 0.5 s (later ones 10 ms): it is charged (the
+    stated cost is what the run paid, the set-up included), and the later windows make room for it."""
+    costs = Costs()
+    calm, calm_exporter, _ = simulate(costs=costs)
+    first = {"done": False}
+
+    class FirstSlow(Costs):
+        @property
+        def prepare(self):
+            if first["done"]:
+                return Costs.prepare
+            first["done"] = True
+            return 0.5
+
+    slow, exporter, paid = simulate(costs=FirstSlow())
+    assert slow.budget.total_cost == pytest.approx(paid, rel=0.02) and paid > 0.5
+    assert slow.budget.fraction(slow.training_seconds) <= 0.02 * 1.05
+    assert len(exporter.submitted) <= len(calm_exporter.submitted) - 5  # 0.5 s is 5 windows' worth
+
+
 def test_a_stall_in_a_recorded_step_is_not_the_profilers():
     """A 3 s stall in the first window's second recorded step (a slow fetch) is charged as a typical step of that
     window: the cost stays near what profiling cost and the run keeps sampling, with as many windows as without the

@@ -35,8 +35,10 @@ def test_the_cost_is_stated_in_the_summary_the_report_and_tensorboard(tmp_path):
     run_dir = os.path.dirname(os.path.dirname(prof.windows[0].path))
     html = open(os.path.join(run_dir, names.REPORT_FILE)).read()
     assert "Profiling cost" in html and f"{100 * cost.fraction:.1f}%" in html and "measured as the slowdown" in html
-    events = EventAccumulator(logger.log_dir)
+    events = EventAccumulator(logger.log_dir, size_guidance={"tensors": 0})
     events.Reload()
+    texts = [t.tensor_proto.string_val[0].decode() for t in events.Tensors("streamprof/summary/text_summary")]
+    assert len(texts) == 4 and all("Profiling cost " in t and "measured as the slowdown" in t for t in texts)
     overhead = events.Scalars(OVERHEAD_TAG)
     assert len(overhead) == 5  # with each window's metrics, then once at the end
     assert all(0 <= e.value < 1 for e in overhead)

@@ -439,11 +439,11 @@ class StreamProfiler(Profiler):
                 self._aggregator.add_local(result.window, result.analysis, result.global_step)
             if result.analysis is None:
                 continue
+            cost = self.cost
             text = window_markdown(result.analysis, result.window, result.first_step, result.last_step,
                                    moved=moved_note(result.window, result.first_step, moves.get(result.window)),
-                                   path=result.path)
+                                   path=result.path, cost=cost.sentence() if cost is not None else None)
             metrics = result.metrics if result.metrics is not None else headline_metrics(result.analysis)
-            cost = self.cost
             if cost is not None:
                 metrics = {**metrics, OVERHEAD_TAG: cost.fraction}
             self._log_metrics(metrics, result.global_step, save, text=text)

@@ -30,7 +30,8 @@ def _identity(window, rank):
 def _run(traces):
     """``{(window, rank): builder}`` analysed and merged as one run."""
     results = {key: analyze_table(b.table(), _identity(*key)) for key, b in traces.items()}
-    windows = [WindowResults(window=w, first_step=10 * w, ranks=[r for (ww, _), r in sorted(results.items()) if ww == w])
+    windows = [WindowResults(window=w, first_step=10 * w,
+                             ranks=[r for (ww, _), r in sorted(results.items()) if ww == w])
                for w in sorted({w for w, _ in results})]
     return combine(list(results.values()), "run"), windows
 
@@ -135,7 +136,8 @@ def _launch_bound(extra=None):
 
 def test_host_bound_advice_leaves_out_what_the_run_already_does():
     plain = _launch_bound()
-    assert "StreamPipeline's staging thread" in plain.message and 'torch.compile(mode="reduce-overhead")' in plain.message
+    assert "StreamPipeline's staging thread" in plain.message
+    assert 'torch.compile(mode="reduce-overhead")' in plain.message
     staged = _launch_bound(lambda b: b.annotation("[pl][profile][StreamPipeline].stage_next_batch", 92, 5))
     assert "staging thread" not in staged.message
     graphed = _launch_bound(lambda b: b.runtime("cudaGraphLaunch", 95, 2, 0))
