@@ -1,191 +1,257 @@
-"""Training throughput with no profiler, Lightning's PyTorchProfiler and StreamProfiler.
+"""What profiling costs whole training runs: no profiler against ``profiler="streamprof"`` (and, in fewer rounds,
+``StreamProfiler(with_stack=True, profile_memory=True, record_shapes=True)`` and Lightning's ``PyTorchProfiler``),
+in alternated rounds, each run in a process of its own (``overhead_run.py``), with the profiler's stated cost beside
+the measured loss.
 
-The frozen-backbone segmentation workload (examples/workloads.py) is trained once per configuration per
-round, configurations alternating inside each round, all in this one process. Throughput is steps per
-second from the first training batch to the end of ``trainer.fit`` (profiler clean-up included).
+    python benchmarks/profiler_overhead.py --workloads vit:64:bf16,seg:32 --steps 2000 --rounds 7 --extra-rounds 3
+    python benchmarks/profiler_overhead.py --workloads vit:4:bf16,seg:2 --steps 50 --rounds 2 --extra-rounds 1 \\
+        --image-size 32 --arch vit_tiny_patch16_224 --workers 0 --threads 1 --tag cpu-tiny   # CPU, tiny sizes
 
-    python benchmarks/profiler_overhead.py                       # CPU-sized defaults
-    python benchmarks/profiler_overhead.py --image-size 256 --batch-size 8 --workers 8 --steps 1000
+Workloads (``name:batch[:precision]``; ``overhead_run.py`` has them): ``vit``, a frozen timm ViT linear probe
+(host-bound at batch 64 in bf16-mixed on an H200), and ``seg``, the seed's frozen-backbone segmentation on resident
+data (GPU-bound at batch 32). A round runs every configuration due once per workload, the order reversed every other
+round and the workloads' order too, so that the host's drift falls on all alike; ``--rounds`` rounds hold the core
+configurations (``--configs``), the first ``--extra-rounds`` also the others (``--extra-configs``).
+
+Each run is one line of ``<out>/profiler_overhead-<tag>.jsonl``, written as it ends (machine, date, command and code
+version with it); ``<out>/profiler_overhead-<tag>.md`` is rewritten after each. A later call with the same file
+(``--resume FILE`` copies one in first) adds the rounds still missing, so rounds spread over several calls of a
+time-limited machine add up: ``--time-limit`` starts a round's runs of a workload only when all of them should end
+in time (each run expected to take as long as its configuration's last run).
+
+The table gives, per workload and configuration, the median steps/s, the median of the per-round ratios to no
+profiler (each round's run against that round's run without a profiler) with their spread, the same for the whole fit
+(the profiler's end of stage included), the profiler's stated cost beside the measured loss (1 - ratio), and the
+windows written.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import shlex
 import shutil
 import statistics
+import subprocess
 import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
-sys.path.insert(0, ROOT)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 
-import lightning as L  # noqa: E402
-import torch  # noqa: E402
-from lightning.pytorch.callbacks import Callback  # noqa: E402
-from lightning.pytorch.profilers import PyTorchProfiler  # noqa: E402
-from workloads import FrozenBackboneSegmenter, SegmentationData  # noqa: E402
+from _record import code_version, command, machine, machine_line, now  # noqa: E402
 
-from lightning_streamprof import StreamProfiler  # noqa: E402
-
-
-class FirstBatchClock(Callback):
-    """Time of the first training batch's start (after the loader's start-up)."""
-
-    def __init__(self) -> None:
-        self.t0: float | None = None
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self.t0 is None:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            self.t0 = time.perf_counter()
+PRECISIONS = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
+DEFAULT_PRECISION = {"vit": "bf16", "seg": "32"}
+CHILD = os.path.join(HERE, "overhead_run.py")
+BASE = "none"
+GOAL = 0.99  # the default profiler's median ratio to no profiler, on every workload
+STATED_WITHIN = 0.01  # the stated cost within 1 percentage point of the measured loss
 
 
-def make_profiler(name: str, every: int, out: str):
-    skip, warmup, active = 20, 1, 3
-    if name == "none":
-        return None
-    if name == "pytorch-default":
-        return PyTorchProfiler(dirpath=out, filename="pt")
-    if name == "pytorch-once":
-        sched = torch.profiler.schedule(skip_first=skip, wait=0, warmup=warmup, active=active, repeat=1)
-        return PyTorchProfiler(dirpath=out, filename="pt", schedule=sched)
-    if name == "pytorch-every":
-        sched = torch.profiler.schedule(skip_first=skip, wait=every - warmup - active, warmup=warmup, active=active)
-        return PyTorchProfiler(dirpath=out, filename="pt", schedule=sched)
-    if name == "streamprof-default":
-        return StreamProfiler(dirpath=out)
-    if name == "streamprof-once":
-        return StreamProfiler(dirpath=out, skip_first=skip, warmup=warmup, active=active, every=0, max_overhead=None)
-    if name == "streamprof-every":
-        return StreamProfiler(dirpath=out, skip_first=skip, warmup=warmup, active=active, every=every, max_overhead=None)
-    raise ValueError(name)
+def parse_workloads(text: str) -> list[tuple[str, int, str]]:
+    out = []
+    for item in text.split(","):
+        name, batch, *rest = item.split(":")
+        out.append((name, int(batch), PRECISIONS[rest[0] if rest else DEFAULT_PRECISION.get(name, "32")]))
+    return out
 
 
-def run_once(name: str, args: argparse.Namespace) -> dict:
-    L.seed_everything(0, verbose=False)
-    out = tempfile.mkdtemp(prefix=f"overhead-{name}-")
-    profiler = make_profiler(name, args.every, out)
-    clock = FirstBatchClock()
-    trainer = L.Trainer(
-        max_steps=args.steps,
-        accelerator="auto",
-        devices=1,
-        profiler=profiler,
-        callbacks=[clock],
-        default_root_dir=out,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        precision=args.precision,
-    )
-    data = SegmentationData(args.batch_size, args.image_size, args.batch_size * (args.steps + 1), workers=args.workers)
-    trainer.fit(FrozenBackboneSegmenter(width=args.width), datamodule=data)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - clock.t0
-    row = {"config": name, "steps": trainer.global_step, "seconds": elapsed, "steps_per_s": trainer.global_step / elapsed}
-    if profiler is not None:  # windows actually written, counted on disk
-        row["windows"] = sum(f.endswith((".pt.trace.json", ".pt.trace.json.gz")) for _, _, fs in os.walk(out) for f in fs)
-    if isinstance(profiler, StreamProfiler):
-        row["measured_cost_s"] = profiler.overhead_seconds
-    shutil.rmtree(out, ignore_errors=True)
+def workload_key(name: str, batch: int, precision: str) -> str:
+    return f"{name}:{batch}:{precision}"
+
+
+def load(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plan(rows: list[dict], workloads: list[tuple[str, int, str]], configs: list[str], extras: list[str],
+         rounds: int, extra_rounds: int) -> list[tuple[int, tuple[str, int, str], str]]:
+    """The runs still missing, in order: ``(round, workload, config)``."""
+    done = {(r["round"], r["workload"], r["config"]) for r in rows if "rate" in r}
+    todo = []
+    for rnd in range(rounds):
+        order = workloads if rnd % 2 == 0 else workloads[::-1]
+        for spec in order:
+            due = configs + (extras if rnd < extra_rounds else [])
+            for config in (due if rnd % 2 == 0 else due[::-1]):
+                if (rnd, workload_key(*spec), config) not in done:
+                    todo.append((rnd, spec, config))
+    return todo
+
+
+def run_one(rnd: int, spec: tuple[str, int, str], config: str, args: argparse.Namespace, timeout: float) -> dict:
+    name, batch, precision = spec
+    child = {"workload": name, "batch": batch, "precision": precision, "image_size": args.image_size,
+             "arch": args.arch, "workers": args.workers, "threads": args.threads, "steps": args.steps,
+             "config": config}
+    started = time.perf_counter()
+    row = {"round": rnd, "workload": workload_key(*spec), "config": config}
+    try:
+        proc = subprocess.run([sys.executable, CHILD, json.dumps(child)], capture_output=True, text=True,
+                              timeout=timeout)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode == 0 and lines:
+            row.update(json.loads(lines[-1]))
+        else:
+            row["error"] = f"exit {proc.returncode}: {proc.stderr.strip()[-1500:]}"
+    except subprocess.TimeoutExpired:
+        row["error"] = f"did not finish within {timeout:.0f} s"
+    row["wall_s"] = time.perf_counter() - started
     return row
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """Per workload and configuration: medians and the per-round ratios to no profiler."""
+    ok = [r for r in rows if "rate" in r]
+    base = {(r["round"], r["workload"]): r for r in ok if r["config"] == BASE}
+    out = []
+    for workload in dict.fromkeys(r["workload"] for r in ok):
+        for config in dict.fromkeys(r["config"] for r in ok if r["workload"] == workload):
+            mine = [r for r in ok if r["workload"] == workload and r["config"] == config]
+            paired = [(r, base[(r["round"], workload)]) for r in mine if (r["round"], workload) in base]
+            entry = {"workload": workload, "config": config, "runs": len(mine),
+                     "median_steps_per_s": statistics.median(r["rate"] for r in mine)}
+            if config != BASE and paired:
+                ratios = [r["rate"] / b["rate"] for r, b in paired]
+                fit = [r["fit_rate"] / b["fit_rate"] for r, b in paired]
+                entry.update(rounds=len(paired), ratio=_spread(ratios), fit_ratio=_spread(fit))
+                stated = [r["stated_fraction"] for r, _ in paired if r.get("stated_fraction") is not None]
+                if stated:
+                    gaps = [r["stated_fraction"] - (1 - r["rate"] / b["rate"]) for r, b in paired
+                            if r.get("stated_fraction") is not None]
+                    entry.update(stated=statistics.median(stated), measured_loss=1 - entry["ratio"]["median"],
+                                 stated_minus_measured=statistics.median(gaps))
+                between = [r["between_windows_step_ms"] / b["between_windows_step_ms"] for r, b in paired
+                           if r.get("between_windows_step_ms") and b.get("between_windows_step_ms")]
+                if between:
+                    entry["between_windows_vs_none"] = statistics.median(between)
+            for key in ("windows", "trace_files"):
+                values = [r[key] for r in mine if r.get(key) is not None]
+                if values:
+                    entry[key] = values
+            util = [r["gpu_utilization"] for r in mine if r.get("gpu_utilization") is not None]
+            if util:
+                entry["gpu_utilization"] = statistics.median(util)
+            out.append(entry)
+    return out
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+
+
+def render(rows: list[dict], summary: list[dict], meta: dict) -> str:
+    lines = [f"# profiler_overhead ({meta['device']}, {meta['date'][:10]})", "",
+             f"`{meta['command']}`  ", f"{machine_line(meta['machine'])}; torch {meta['torch']}, lightning "
+             f"{meta['lightning']}; code {meta['code']}; {meta['steps']} steps per run, timed from step 10; "
+             f"{len([r for r in rows if 'rate' in r])} runs over {len({r['round'] for r in rows})} rounds", "",
+             "| workload | config | rounds | median steps/s | ratio to no profiler: median (min-max) | whole fit: "
+             "median (min-max) | stated cost | measured loss | stated - measured | steps between windows vs none | "
+             "GPU util. in windows | windows |",
+             "| --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for e in summary:
+        ratio, fit = e.get("ratio"), e.get("fit_ratio")
+        lines.append("| " + " | ".join([
+            e["workload"], e["config"], str(e.get("rounds", e["runs"])), f"{e['median_steps_per_s']:.1f}",
+            f"{ratio['median']:.3f}x ({ratio['min']:.3f}-{ratio['max']:.3f})" if ratio else "",
+            f"{fit['median']:.3f}x ({fit['min']:.3f}-{fit['max']:.3f})" if fit else "",
+            _pct(e.get("stated")), _pct(e.get("measured_loss")), _pct(e.get("stated_minus_measured"), sign=True),
+            f"{e['between_windows_vs_none']:.3f}x" if e.get("between_windows_vs_none") else "",
+            _pct(e.get("gpu_utilization")), str(e.get("windows", e.get("trace_files", ""))),
+        ]) + " |")
+    lines += ["", *verdicts(summary)]
+    errors = [r for r in rows if "error" in r]
+    if errors:
+        lines += ["", "Runs that failed:", *(f"- round {r['round']} {r['workload']} {r['config']}: "
+                                             f"{r['error'].splitlines()[-1][:300]}" for r in errors)]
+    return "\n".join(lines) + "\n"
+
+
+def verdicts(summary: list[dict]) -> list[str]:
+    """One line per workload: the default profiler against the goal, and its stated cost against the loss."""
+    out = []
+    for e in summary:
+        if e["config"] != "streamprof" or "ratio" not in e:
+            continue
+        meets = e["ratio"]["median"] >= GOAL
+        line = (f"- {e['workload']}: `profiler=\"streamprof\"` runs at {e['ratio']['median']:.3f}x of no profiler "
+                f"(median of {e['rounds']} rounds; {'meets' if meets else 'misses'} {GOAL:.2f}x)")
+        if "stated_minus_measured" in e:
+            close = abs(e["stated_minus_measured"]) <= STATED_WITHIN
+            line += (f"; its stated cost is {100 * e['stated_minus_measured']:+.1f} points from the measured loss "
+                     f"({'within' if close else 'beyond'} 1 point)")
+        out.append(line)
+    return out
+
+
+def _pct(x: float | None, sign: bool = False) -> str:
+    return "" if x is None else (f"{100 * x:+.1f}%" if sign else f"{100 * x:.1f}%")
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--image-size", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--width", type=int, default=32)
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--every", type=int, default=27, help="window spacing of the equivalent schedules")
-    p.add_argument("--precision", default="32-true")
-    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
-    p.add_argument(
-        "--configs",
-        default="none,pytorch-default,streamprof-default,pytorch-once,streamprof-once,pytorch-every,streamprof-every",
-    )
-    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
-    p.add_argument("--tag", default=None, help="name of the result files (default: machine and date)")
+    p.add_argument("--workloads", default="vit:64:bf16,seg:32")
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=7, help="rounds of the core configurations")
+    p.add_argument("--extra-rounds", type=int, default=3, help="rounds that also run the extra configurations")
+    p.add_argument("--configs", default="none,streamprof")
+    p.add_argument("--extra-configs", default="streamprof-full,pytorch")
+    p.add_argument("--image-size", type=int, default=None, help="default: 224 (vit), 256 (seg)")
+    p.add_argument("--arch", default="vit_small_patch16_224", help="the timm model of the vit workload")
+    p.add_argument("--workers", type=int, default=4, help="DataLoader workers")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads in each run (0: torch's default)")
+    p.add_argument("--time-limit", type=float, default=None, help="seconds; no run starts that would end later")
+    p.add_argument("--run-timeout", type=float, default=400.0, help="seconds one run may take")
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--tag", default=None, help="result file names (default: machine and date)")
+    p.add_argument("--resume", default=None, help="a result file (.jsonl) to continue (copied into --out first)")
     args = p.parse_args(argv)
-    configs = args.configs.split(",")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    import lightning
+    import torch
 
-    run_once("none", argparse.Namespace(**{**vars(args), "steps": 30}))  # warm caches, cudnn autotune
-    rows = []
-    for r in range(args.rounds):
-        order = configs if r % 2 == 0 else configs[::-1]  # alternate the order between rounds
-        for name in order:
-            row = run_once(name, args)
-            row["round"] = r
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-
-    base = statistics.median(x["steps_per_s"] for x in rows if x["config"] == "none") if "none" in configs else None
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
-    now = datetime.datetime.now(datetime.timezone.utc)
-    summary = []
-    for name in configs:
-        vals = [x["steps_per_s"] for x in rows if x["config"] == name]
-        entry = {"config": name, "median_steps_per_s": statistics.median(vals), "runs": vals}
-        if base:
-            entry["vs_no_profiler"] = entry["median_steps_per_s"] / base
-            paired = [
-                x["steps_per_s"] / y["steps_per_s"]
-                for x in rows if x["config"] == name
-                for y in rows if y["config"] == "none" and y["round"] == x["round"]
-            ]
-            entry["paired_ratio_median"] = statistics.median(paired)
-        wins = [x.get("windows") for x in rows if x["config"] == name and "windows" in x]
-        if wins:
-            entry["windows"] = wins
-        summary.append(entry)
-    result = {
-        "benchmark": "profiler_overhead",
-        "date": now.isoformat(timespec="seconds"),
-        "machine": {"device": device, "host": platform.processor() or platform.machine(), "cpus": os.cpu_count()},
-        "versions": {"torch": torch.__version__, "lightning": L.__version__, "python": platform.python_version()},
-        "command": "python benchmarks/profiler_overhead.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-        "workload": {k: getattr(args, k) for k in ("steps", "rounds", "image_size", "batch_size", "width", "workers", "every", "precision", "threads")},
-        "summary": summary,
-        "runs": rows,
-    }
-    tag = args.tag or f"{'h200' if 'H200' in device else 'cpu'}-{now:%Y%m%d}"
+    tag = args.tag or f"{'h200' if 'H200' in device else 'cpu'}-{now()[:10].replace('-', '')}"
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"profiler_overhead-{tag}.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    lines = [
-        f"# profiler_overhead ({device}, {now:%Y-%m-%d})",
-        "",
-        f"`{result['command']}`  ",
-        f"torch {torch.__version__}, lightning {L.__version__}; {args.steps} steps per run, {args.rounds} rounds, "
-        f"image {args.image_size}, batch {args.batch_size}, {args.workers} loader workers",
-        "",
-        "| config | median steps/s | vs no profiler (medians) | vs no profiler (median of per-round ratios) | runs | trace files per run |",
-        "| --- | ---: | ---: | ---: | --- | --- |",
-    ]
-    for e in summary:
-        ratio = f"{e['vs_no_profiler']:.3f}x" if "vs_no_profiler" in e else ""
-        paired = f"{e['paired_ratio_median']:.3f}x" if "paired_ratio_median" in e else ""
-        runs = ", ".join(f"{v:.1f}" for v in e["runs"])
-        lines.append(
-            f"| {e['config']} | {e['median_steps_per_s']:.1f} | {ratio} | {paired} | {runs} | {e.get('windows', '')} |"
-        )
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, f"profiler_overhead-{tag}.md"), "w") as f:
+    path = os.path.join(args.out, f"profiler_overhead-{tag}.jsonl")
+    if args.resume and os.path.abspath(args.resume) != os.path.abspath(path) and os.path.exists(args.resume):
+        shutil.copyfile(args.resume, path)
+    rows = load(path)
+    meta = {"device": device, "date": now(), "command": command("profiler_overhead.py"), "machine": machine(),
+            "torch": torch.__version__, "lightning": lightning.__version__, "code": code_version(),
+            "steps": args.steps}
+    workloads = parse_workloads(args.workloads)
+    todo = plan(rows, workloads, args.configs.split(","), [c for c in args.extra_configs.split(",") if c],
+                args.rounds, args.extra_rounds)
+    print(f"profiler_overhead: {len(rows)} runs in {path}, {len(todo)} to go", flush=True)
+    took: dict[tuple[str, str], float] = {}
+    for r in rows:
+        took[(r["workload"], r["config"])] = r.get("wall_s", 0.0)
+    group = None
+    for rnd, spec, config in todo:
+        if (rnd, spec) != group:  # a round's runs of one workload start only when all of them fit in the time left
+            group = (rnd, spec)
+            expected = sum(took.get((workload_key(*spec), c), 60.0) for r, w, c in todo if (r, w) == group)
+            if args.time_limit is not None and time.perf_counter() - started + expected > args.time_limit:
+                print(f"profiler_overhead: time limit; stopped before round {rnd} of {workload_key(*spec)}",
+                      flush=True)
+                break
+        row = run_one(rnd, spec, config, args, args.run_timeout)
+        row.update(date=now(), device=device, machine=meta["machine"], command=meta["command"], code=meta["code"])
+        took[(row["workload"], config)] = row["wall_s"]
+        rows.append(row)
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps({k: row.get(k) for k in ("round", "workload", "config", "rate", "stated_fraction",
+                                                  "windows", "wall_s", "error")}), flush=True)
+        with open(path.removesuffix(".jsonl") + ".md", "w") as f:
+            f.write(render(rows, summarise(rows), meta))
+    text = render(rows, summarise(rows), meta)
+    with open(path.removesuffix(".jsonl") + ".md", "w") as f:
         f.write(text)
     print(text)
 

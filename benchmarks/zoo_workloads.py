@@ -70,11 +70,11 @@ class FrozenParts(L.LightningModule):
 class TimmLinearProbe(FrozenParts):
     frozen = ("backbone",)
 
-    def __init__(self, call: str = "forward", arch: str = "vit_small_patch16_224") -> None:
+    def __init__(self, call: str = "forward", arch: str = "vit_small_patch16_224", **create: object) -> None:
         super().__init__()
         import timm
 
-        self.backbone = timm.create_model(arch, pretrained=False, num_classes=0)
+        self.backbone = timm.create_model(arch, pretrained=False, num_classes=0, **create)  # e.g. img_size
         self.freeze_parts()
         self.head = nn.Linear(self.backbone.num_features, 10)
         self.call = call

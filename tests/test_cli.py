@@ -38,7 +38,7 @@ def check_contract(result):
     assert {"tc_share", "eligible_share", "eligible_without_tc"} <= set(result["tensor_cores"])
     assert isinstance(result["source_lines"], list)
     for rec in result["recommendations"]:
-        assert set(rec) == {"id", "message", "evidence"}
+        assert set(rec) == {"id", "message", "evidence", "summary"}
     for trace in result["traces"]:
         assert {"run", "window", "rank", "path"} <= set(trace)
 

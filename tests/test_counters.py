@@ -1,5 +1,5 @@
 """Saved traces carry GPU utilization as a counter track (``"ph": "C"``), and analyse as before; the exporter
-writes a window once its analysis is done, waiting for it at most ``timeout`` seconds."""
+writes a window once the worker has analysed and gzipped it, waiting for it at most ``timeout`` seconds."""
 
 import gzip
 import json
@@ -54,7 +54,7 @@ def _exported(tmp_path, exporter, name="w0"):
     local = tmp_path / f"streamprof-{name}.pt.trace.json"
     local.write_bytes(gzip.decompress(open(FIXTURE, "rb").read()))
     target = tmp_path / "out" / f"{name}.pt.trace.json.gz"
-    exporter.submit(str(local), TraceIdentity(path=str(target), window=0), steps=(0, 1))
+    exporter.submit(str(local), TraceIdentity(path=str(target), window=0), steps=(0, 1), device_work=True)
     return local, target
 
 

@@ -34,23 +34,3 @@ def test_deferral_moves_to_next_grid_point():
 def test_rejects_bad_schedules(kwargs):
     with pytest.raises(ValueError, match="WindowSchedule"):
         WindowSchedule(**kwargs)
-
-
-def test_overhead_budget_by_hand():
-    """Baseline steps of 1 s. A window step of 1.5 s with 0.1 s in the profiler costs 0.1 + (1.4 - 1) = 0.5 s; a
-    tainted step (validation inside) costs its own time only. With 2% of 10 s elapsed, the next window waits until
-    (0.5 + 0.5) / 0.02 - 10 = 40 s more of training: 40 steps."""
-    from lightning_streamprof.profiling.schedule import OverheadBudget
-
-    budget = OverheadBudget(max_overhead=0.02, tail_steps=2)
-    assert budget.defer_steps(elapsed=1.0) == 0  # no baseline yet
-    for _ in range(3):
-        budget.unprofiled_step(1.0)
-    budget.begin_window()
-    budget.charge(1.5, own=0.1, tainted=False)
-    budget.charge(2.0, own=0.0, tainted=True)
-    assert budget.total_cost == pytest.approx(0.5) and budget.window_cost == pytest.approx(0.5)
-    budget.end_window()
-    assert budget.tail_step() is False and budget.tail_step() is True
-    assert budget.defer_steps(elapsed=10.0) == 40
-    assert OverheadBudget(max_overhead=None).defer_steps(elapsed=0.0) == 0

@@ -13,8 +13,9 @@ from lightning_streamprof.analysis import intervals as iv
 from lightning_streamprof.analysis.context import TraceContext
 from lightning_streamprof.results import HostTime, SyncCause, SyncWaits
 
+_GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")
 _LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
-             "cudaGraphLaunch", "cuGraphLaunch")
+             *_GRAPH_LAUNCHES)
 _BLOCKING_COPIES = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"})
 
 #: the operator in which a synchronising call waits, as people write it
@@ -34,6 +35,10 @@ def is_blocking(name: str) -> bool:
 
 def is_launch(name: str) -> bool:
     return name.startswith(_LAUNCHES)
+
+
+def is_graph_launch(name: str) -> bool:
+    return name.startswith(_GRAPH_LAUNCHES)
 
 
 def starting_inside(ts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -69,6 +74,7 @@ def host_time(ctx: TraceContext) -> HostTime:
     runtime = _training_runtime(ctx)
     host = np.concatenate([ctx.on_training_thread(ctx.ops), runtime])
     launches = runtime[ctx.mask(runtime, is_launch)]
+    graphs = runtime[ctx.mask(runtime, is_graph_launch)]
     return HostTime(
         steps=int(lo.size),
         host_step_ns=int((hi - lo).sum()),
@@ -76,6 +82,7 @@ def host_time(ctx: TraceContext) -> HostTime:
         sync_wait_ns=time_inside(ctx, _blocking(ctx), lo, hi),
         launches=int(starting_inside(ctx.table.ts[launches], lo, hi).sum()),
         loader_workers=_loader_workers(ctx),
+        graph_launches=int(starting_inside(ctx.table.ts[graphs], lo, hi).sum()),
     )
 
 

@@ -44,6 +44,17 @@ TC_ELIGIBLE_OPS: frozenset[str] = frozenset({
 })
 
 
+#: kernel names of half or bfloat16 data (templates' type names, cuDNN/cuBLAS/CUTLASS data-type tags): a run with
+#: such kernels already uses reduced precision (Lightning's ``bf16-mixed``/``16-mixed``, autocast)
+REDUCED_PRECISION_PATTERNS: tuple[str, ...] = ("BFloat16", "bfloat16", "bf16", "c10::Half", "__half", "fp16", "f16",
+                                               "h884", "h1688", "h16816")
+
+
+def reduced_precision(name: str) -> bool:
+    """Whether a kernel works on half or bfloat16 data (by its name)."""
+    return any(p in name for p in REDUCED_PRECISION_PATTERNS)
+
+
 def uses_tensor_cores(name: str) -> bool:
     """Whether a kernel name is a Tensor Core kernel (CUTLASS SIMT kernels are not)."""
     if "simt" in name.lower():

@@ -1,21 +1,25 @@
 """Recommendations: rules over results, with torch-tb-profiler's thresholds, the numbers and the expected gain.
 
 Each rule reads a :class:`~lightning_streamprof.results.Result` (one trace's, or several merged) and returns
-its findings, so the same rules explain a window, a rank or a whole run.
+its findings, so the same rules explain a window, a rank or a whole run: a merged result names each device once,
+with its value in each window. Every finding has a one-line ``summary`` of its numbers, and no advice is given
+that the trace shows the run already follows.
 
 ==========================  ==========================================================================
 id                          rule
 ==========================  ==========================================================================
-``dataloader``              DataLoader > 5% of the mean step and of the median step; the advice is more
-                            workers only when the loader has none
+``dataloader``              DataLoader > 5% of the mean step and of the median step (time the GPU works
+                            through does not count); more workers are advised only to a loader without them
 ``communication``           communication > 10% of the mean step
 ``low_gpu_utilization``     GPU utilization < 50% on a device
 ``tensor_cores``            TC-eligible operators' kernels run without Tensor Cores (compute capability >= 7):
                             no Tensor Core kernel at all (torch-tb-profiler's rule), or over half of the
-                            eligible kernel time without them
+                            eligible kernel time without them; mixed precision is advised only to a run
+                            without half or bfloat16 kernels
 ``memory``                  peak allocated > 90% of the device's memory
 ``host_bound``              GPU utilization < 50% and the training thread busy > 80% of its step, i.e. not
                             waiting in a synchronising CUDA call or for the DataLoader: the host is the limit
+                            (StreamPipeline is advised only where it does not stage batches yet)
 ``host_sync``               the training thread waits in synchronising CUDA calls > 5% of the step (``.item()``,
                             copies to the host, ``torch.cuda.synchronize``), with the operator and source line
                             of each kind of wait
@@ -26,9 +30,10 @@ id                          rule
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from lightning_streamprof.results import GpuMetrics, Recommendation, Result
+from lightning_streamprof.analysis.kernels import reduced_precision
+from lightning_streamprof.results import Recommendation, Result
 
 DATALOADER_SHARE = 0.05
 COMMUNICATION_SHARE = 0.10
@@ -37,6 +42,8 @@ MEMORY_SHARE = 0.90
 PIPELINE_SHARE = 0.10
 SYNC_SHARE = 0.05
 HOST_BUSY = 0.80
+#: share of the kernel time in half or bfloat16 kernels above which the run counts as mixed precision already
+REDUCED_PRECISION_SHARE = 0.05
 _NAMES_SHOWN = 5
 _CAUSES_SHOWN = 3
 
@@ -51,8 +58,36 @@ def _pct(x: float) -> float:
     return round(float(x) * 100, 1)
 
 
-def _gpu_label(g: GpuMetrics, result: Result) -> str:
-    return f"rank {g.rank} GPU {g.device}" if len(result.traces) > 1 and g.rank is not None else str(g.device)
+def _ms_text(ns: float) -> str:
+    """Milliseconds as a summary writes them: 2 decimals, 3 significant digits below 0.1 ms."""
+    ms = float(ns) / 1e6
+    return f"{ms:.2f}" if ms >= 0.1 else f"{ms:.3g}"
+
+
+def _per_device(result: Result, items: Sequence[tuple[int | None, object, int | None, float]]) -> str:
+    """``GPU 0 of rank 0: 33.3% in window 0, 23.9% in window 1; GPU 1 of rank 0: ...`` for ``(rank, device,
+    window, fraction)`` items: each device once, with its value in each window (``GPU 0 at 33.3%`` for one)."""
+    ranks = {rank for rank, *_ in items}
+    groups: dict[tuple[int | None, object], list[tuple[int | None, float]]] = {}
+    for rank, device, window, value in items:
+        groups.setdefault((rank, device), []).append((window, value))
+    parts = []
+    for (rank, device), values in groups.items():
+        name = f"GPU {device}" + (f" of rank {rank}" if len(ranks) > 1 or (rank is not None and len(result.traces) > 1)
+                                  else "")
+        if len(values) == 1:
+            parts.append(f"{name} at {_pct(values[0][1])}%")
+        else:
+            parts.append(f"{name}: " + ", ".join(
+                f"{_pct(v)}%" + (f" in window {w}" if w is not None else "") for w, v in values))
+    return "; ".join(parts)
+
+
+def _reduced_precision_share(result: Result) -> float:
+    """The share of the kernel time in half or bfloat16 kernels (mixed precision, by the kernels' names)."""
+    total = sum(k.total_ns for k in result.kernels)
+    reduced = sum(k.total_ns for k in result.kernels if reduced_precision(k.name))
+    return reduced / total if total else 0.0
 
 
 def _median_loader_share(result: Result) -> float:
@@ -63,30 +98,38 @@ def _median_loader_share(result: Result) -> float:
 
 def dataloader(result: Result) -> list[Recommendation]:
     """DataLoader > 5% of the mean step, and of the median step (a loader that keeps up in most steps and waits
-    only after validation or at an epoch start needs nothing). With worker processes already in use, more
-    workers are not the advice: the batches are too costly to make or to hand over."""
+    only after validation or at an epoch start needs nothing); the DataLoader's time during which the GPU works
+    is not counted (the step breakdown gives it to the kernels). More workers are advised only to a loader that
+    reads in the training process; one that already uses worker processes is told to make batches cheaper."""
     step, loader_ns = result.steps.mean_step_ns, result.steps.mean_ns("dataloader")
-    if step <= 0 or loader_ns / step <= DATALOADER_SHARE or _median_loader_share(result) <= DATALOADER_SHARE:
+    median = _median_loader_share(result)
+    if step <= 0 or loader_ns / step <= DATALOADER_SHARE or median <= DATALOADER_SHARE:
         return []
     share = loader_ns / step
     workers = result.host.loader_workers
-    head = (f"{_pct(share)}% of the step time ({_ms(loader_ns)} ms of {_ms(step)} ms) is in DataLoader")
+    wait = (f"The training thread waits for its next batch {_pct(share)}% of each step ({_ms(loader_ns)} ms of "
+            f"{_ms(step)} ms)")
+    saving = f"Removing the wait saves up to {_ms(loader_ns)} ms per step ({_pct(share)}%)."
+    cheaper = ("make each batch cheaper to produce and to hand over: small dtypes (uint8 images and labels), "
+               "pin_memory=True, persistent_workers=True, random augmentation on the GPU in on_after_batch_transfer")
     if workers:
-        message = (f"The DataLoader does not keep up although it already uses worker processes: {head}. More workers "
-                   "help only while CPU cores are idle; otherwise make each batch cheaper to produce and hand over "
-                   "(small dtypes such as uint8 images and labels, pin_memory=True, persistent_workers=True, random "
-                   "augmentation on the GPU in on_after_batch_transfer). Removing the wait saves up to "
-                   f"{_ms(loader_ns)} ms/step ({_pct(share)}%).")
+        message = (f"{wait}, although the DataLoader already reads with worker processes: they do not make batches "
+                   f"as fast as the steps use them. Rather than more workers, {cheaper}. {saving}")
+    elif workers is False:
+        message = (f"{wait}, and the DataLoader reads in the training process (num_workers=0). Set num_workers on the "
+                   "DataLoader (with persistent_workers=True) so that worker processes make the next batches while "
+                   f"the model trains. {saving}")
     else:
-        message = (f"This run has high time cost on input data loading. {head}. You could try to set num_workers on "
-                   "DataLoader's construction and enable multi-processes on data loading; removing the wait saves up "
-                   f"to {_ms(loader_ns)} ms/step ({_pct(share)}%).")
+        message = (f"{wait}, in the data iterable (no torch DataLoader in the trace): the batches are made in the "
+                   "training thread. A torch DataLoader with num_workers > 0 makes them in worker processes while the "
+                   f"model trains. {saving}")
     return [Recommendation(
         id="dataloader",
         message=message,
         evidence={"dataloader_ms": _ms(loader_ns), "step_ms": _ms(step), "share": share,
-                  "median_step_share": _median_loader_share(result), "workers": workers,
-                  "saving_ms_per_step": _ms(loader_ns)},
+                  "median_step_share": median, "workers": workers, "saving_ms_per_step": _ms(loader_ns)},
+        summary=f"waits {_ms_text(loader_ns)} ms of a {_ms_text(step)} ms step for data ({_pct(share)}%; "
+                f"{_pct(median)}% in the median step)",
     )]
 
 
@@ -94,13 +137,15 @@ def communication(result: Result) -> list[Recommendation]:
     step, comm_ns = result.steps.mean_step_ns, result.steps.mean_ns("communication")
     if step <= 0 or comm_ns / step <= COMMUNICATION_SHARE:
         return []
+    share = comm_ns / step
     return [Recommendation(
         id="communication",
-        message=f"This run has high time cost on communication. {_pct(comm_ns / step)}% of the step time is in "
-                "communication. You could try Gradient Compression or Gradient Accumulation or increase the batch "
-                "size. Note: Gradient accumulation will increase global effective batch size, which may hurt model "
-                "convergence and accuracy.",
-        evidence={"communication_ms": _ms(comm_ns), "step_ms": _ms(step), "share": comm_ns / step},
+        message=f"Communication takes {_pct(share)}% of each step ({_ms(comm_ns)} ms of {_ms(step)} ms) that no "
+                "computation hides. Fewer or smaller exchanges help: gradient accumulation (one all-reduce for "
+                "several batches; it raises the effective batch size, which may change convergence), a larger batch, "
+                "or gradient compression (a DDP communication hook such as bf16_compress_hook).",
+        evidence={"communication_ms": _ms(comm_ns), "step_ms": _ms(step), "share": share},
+        summary=f"communication {_ms_text(comm_ns)} ms of a {_ms_text(step)} ms step ({_pct(share)}%)",
     )]
 
 
@@ -108,54 +153,82 @@ def low_gpu_utilization(result: Result) -> list[Recommendation]:
     low = [g for g in result.gpu if g.utilization < LOW_UTILIZATION]
     if not low:
         return []
-    ids = ", ".join(_gpu_label(g, result) for g in low)
+    where = _per_device(result, [(g.rank, g.device, g.window, g.utilization) for g in low])
+    busy = sum(g.kernel_ns for g in low) / max(1, sum(g.span_ns for g in low))
+    head = (f"The GPU is busy less than half of the step time ({where})" if len({(g.rank, g.device) for g in low}) == 1
+            else f"GPUs are busy less than half of the step time ({where})")
+    host = " The training thread is the limit here: see host_bound." if host_bound(result) else ""
     return [Recommendation(
         id="low_gpu_utilization",
-        message=f"GPU {ids} {'has' if len(low) == 1 else 'have'} low utilization "
-                f"({', '.join(f'{_pct(g.utilization)}%' for g in low)}). You could try to increase batch size to "
-                "improve. Note: Increasing batch size may affect the speed and stability of model convergence.",
+        message=f"{head}. A larger batch gives each kernel more work and spreads the step's fixed costs over more "
+                f"samples (the learning rate may need to follow it).{host}",
         evidence={"devices": [g.device for g in low], "ranks": [g.rank for g in low],
-                  "utilization": [g.utilization for g in low], "idle_ms": [_ms(g.span_ns - g.kernel_ns) for g in low]},
+                  "windows": [g.window for g in low], "utilization": [g.utilization for g in low],
+                  "idle_ms": [_ms(g.span_ns - g.kernel_ns) for g in low], "busy_share": busy},
+        summary="; ".join(f"GPU {g.device} busy {_pct(g.utilization)}%, idle {_ms_text(g.span_ns - g.kernel_ns)} ms "
+                          f"of {_ms_text(g.span_ns)} ms" for g in low),
     )]
 
 
 def tensor_cores(result: Result) -> list[Recommendation]:
+    """Tensor-Core-eligible operators' kernels without Tensor Cores. Mixed precision is advised only to a run that
+    has no half or bfloat16 kernels yet; a mixed-precision run is told which part still runs in float32."""
     tc = result.tensor_cores
     majors = [g.compute_major for g in result.gpu if g.compute_major is not None]
     without = tc.eligible_without_tc_ns / tc.eligible_kernel_ns if tc.eligible_kernel_ns else 0.0
     if not majors or max(majors) < 7 or tc.eligible_kernel_ns <= 0 or (tc.tc_kernel_ns > 0 and without <= 0.5):
         return []
     per_step = tc.eligible_without_tc_ns / max(result.steps.count, 1)
+    reduced = _reduced_precision_share(result)
+    head = (f"{_pct(without)}% of the kernel time of Tensor Core eligible operators (convolutions, matrix products, "
+            f"attention: {_pct(tc.eligible_share)}% of the kernel time) runs without Tensor Cores, "
+            f"{_ms(per_step)} ms per step")
+    if reduced > REDUCED_PRECISION_SHARE:
+        message = (f"Mixed precision is on ({_pct(reduced)}% of the kernel time is in half or bfloat16 kernels), yet "
+                   f"{head[0].lower()}{head[1:]}: those operators run in float32, outside autocast or kept in float32 "
+                   "by it. Running them on half or bfloat16 inputs (inside autocast, or the module cast) puts them on "
+                   "Tensor Cores.")
+    else:
+        message = (f"{head}. Mixed precision (Lightning: precision=\"bf16-mixed\") runs them on Tensor Cores; "
+                   "in float32, torch.set_float32_matmul_precision(\"high\") lets matrix products use TF32 Tensor "
+                   "Cores.")
     return [Recommendation(
         id="tensor_cores",
-        message=f"Kernels with {round(tc.eligible_share * 100)}% time are launched by Tensor Cores eligible "
-                f"operators, {_pct(without)}% of it without Tensor Cores. You could enable Automatic Mixed Precision "
-                f"(Lightning: precision='bf16-mixed') to speed up {_ms(per_step)} ms/step of kernels.",
-        evidence={"tc_share": tc.tc_share, "eligible_share": tc.eligible_share,
-                  "eligible_without_tc_ms_per_step": _ms(per_step)},
+        message=message,
+        evidence={"tc_share": tc.tc_share, "eligible_share": tc.eligible_share, "eligible_without_tc_share": without,
+                  "eligible_without_tc_ms_per_step": _ms(per_step), "reduced_precision_share": reduced},
+        summary=f"{_ms_text(per_step)} ms per step of eligible kernels without Tensor Cores ({_pct(without)}% of "
+                f"theirs; {_pct(reduced)}% of the kernel time in half or bfloat16)",
     )]
 
 
 def memory(result: Result) -> list[Recommendation]:
-    for dev in result.memory.devices:
-        total = dev.total_memory
-        if total and dev.peak_allocated_bytes > MEMORY_SHARE * total:
-            share = dev.peak_allocated_bytes / total
-            where = f"{dev.device} of rank {dev.rank}" if len(result.traces) > 1 and dev.rank is not None else dev.device
-            return [Recommendation(
-                id="memory",
-                message=f"Device memory usage is at the limit of device memory capacity ({_pct(share)}% of "
-                        f"{total / 1024 ** 3:.1f}GB on {where}). To get better value of your GPU or to use larger batch "
-                        "size for training, please refer to Gradient Checkpoint or Automatic Mixed Precision.",
-                evidence={"device": dev.device, "rank": dev.rank, "peak_allocated_bytes": dev.peak_allocated_bytes,
-                          "total_memory": int(total), "share": share},
-            )]
-    return []
+    full = [d for d in result.memory.devices
+            if d.total_memory and d.peak_allocated_bytes > MEMORY_SHARE * d.total_memory]
+    if not full:
+        return []
+    top = max(full, key=lambda d: d.peak_allocated_bytes / d.total_memory)
+    share = top.peak_allocated_bytes / top.total_memory
+    where = _per_device(result, [(d.rank, d.device_id, d.window, d.peak_allocated_bytes / d.total_memory)
+                                 for d in full])
+    amp = ("" if _reduced_precision_share(result) > REDUCED_PRECISION_SHARE
+           else ", mixed precision (precision=\"bf16-mixed\": half the activation memory)")
+    return [Recommendation(
+        id="memory",
+        message=f"Allocated memory peaks near the GPU's capacity ({where} of {top.total_memory / 1024 ** 3:.1f} GiB). "
+                f"To train a larger batch or model: activation checkpointing (recompute instead of keep){amp}, or a "
+                "smaller batch with gradient accumulation.",
+        evidence={"device": top.device, "rank": top.rank, "peak_allocated_bytes": top.peak_allocated_bytes,
+                  "total_memory": int(top.total_memory), "share": share},
+        summary=f"peak {top.peak_allocated_bytes / 1024 ** 3:.2f} GiB of {top.total_memory / 1024 ** 3:.1f} GiB on "
+                f"{top.device} ({_pct(share)}%)",
+    )]
 
 
 def host_bound(result: Result) -> list[Recommendation]:
     """The training thread busy issuing work (operators, CUDA runtime, Python between them) for most of its step,
-    not waiting for the device or for data, while the GPU idles."""
+    not waiting for the device or for data, while the GPU idles. StreamPipeline's staging thread is advised only
+    where the trace shows no StreamPipeline staging."""
     steps, host = result.steps, result.host
     step = steps.mean_step_ns
     if step <= 0 or not result.gpu or min(g.utilization for g in result.gpu) >= LOW_UTILIZATION:
@@ -170,18 +243,23 @@ def host_bound(result: Result) -> list[Recommendation]:
     per_step = host.launches / host.steps
     in_ops = host.busy_ns / host.steps
     gpu_ns = steps.mean_ns("kernel") + steps.mean_ns("memcpy") + steps.mean_ns("memset")
+    graphs_per_step = host.graph_launches / host.steps
+    graphs = ("CUDA graphs (torch.compile(mode=\"reduce-overhead\"), or "
+              "lightning_streamprof.StreamPipeline(cuda_graph=True) for a frozen backbone)" if not graphs_per_step else
+              f"capturing more of the step in CUDA graphs (it replays {graphs_per_step:.0f} per step already)")
+    staging = ("" if result.pipeline.pipelined else
+               ", and StreamPipeline's staging thread to take batch preparation off the training thread")
     return [Recommendation(
         id="host_bound",
         message=f"The training thread is busy {_pct(share)}% of each step issuing work ({per_step:.0f} kernel launches; "
                 f"{_ms(in_ops)} ms in operators and the CUDA runtime, the rest in Python between them) while the GPU "
                 f"works {_ms(gpu_ns)} ms of the {_ms(step)} ms step: the host is the limit, not the GPU. Fewer, larger "
-                "launches help: a larger batch, CUDA graphs (torch.compile(mode=\"reduce-overhead\"), or "
-                "lightning_streamprof.StreamPipeline(cuda_graph=True) for a frozen backbone), and StreamPipeline's "
-                f"staging thread to take batch preparation off the training thread. The GPU alone needs {_ms(gpu_ns)} "
-                "ms per step.",
+                f"launches help: a larger batch, {graphs}{staging}. The GPU alone needs {_ms(gpu_ns)} ms per step.",
         evidence={"host_busy_share": share, "host_wait_ms_per_step": _ms(wait), "operators_ms_per_step": _ms(in_ops),
                   "launches_per_step": per_step, "gpu_busy_ms_per_step": _ms(gpu_ns), "step_ms": _ms(step),
-                  "saving_ms_per_step": _ms(step - gpu_ns)},
+                  "saving_ms_per_step": _ms(step - gpu_ns), "graph_launches_per_step": graphs_per_step},
+        summary=f"training thread busy {_pct(share)}% of a {_ms_text(step)} ms step, {per_step:.0f} launches; "
+                f"GPU busy {_ms_text(gpu_ns)} ms",
     )]
 
 
@@ -212,6 +290,8 @@ def host_sync(result: Result) -> list[Recommendation]:
                 "the values logged with prog_bar=True at each refresh (a larger refresh_rate reads them less often).",
         evidence={"syncs_per_step": per_step, "wait_ms_per_step": _ms(wait), "share": wait / step,
                   "gpu_idle_ms_per_step": _ms(idle), "step_ms": _ms(step), "causes": found},
+        summary=f"{per_step:.1f} synchronising calls per step waiting {_ms_text(wait)} ms of a {_ms_text(step)} ms "
+                f"step ({_pct(wait / step)}%)",
     )]
 
 
@@ -230,6 +310,7 @@ def stream_pipeline(result: Result) -> list[Recommendation]:
                         "lightning_streamprof.StreamPipeline can run it for the next batch on a side CUDA stream "
                         f"while the current batch trains, saving up to {_ms(ns)} ms/step ({_pct(ns / step)}%).",
                 evidence={"what": what, "ms_per_step": _ms(ns), "share": ns / step, "names": names[:_NAMES_SHOWN]},
+                summary=f"{what} {_ms_text(ns)} ms of a {_ms_text(step)} ms step ({_pct(ns / step)}%)",
             ))
     return found
 

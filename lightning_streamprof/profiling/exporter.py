@@ -2,10 +2,10 @@
 through a temporary name.
 
 Two daemon threads: one has each trace analysed in the worker process, one writes each trace to its target.
-A trace that recorded device work is written once its analysis is done, so that it carries the GPU
-utilization as a counter track; the write waits for that analysis at most ``timeout`` seconds (then the trace
-is written without the track, and the analysis still reaches the results when it ends). A trace without
-device work gets no track and is written at once, so a slow analysis delays no write. Every wait is bounded,
+A trace that recorded device work is analysed, given its counter track and gzipped in the worker process, and
+written once that is done; the write waits for it at most ``timeout`` seconds (then the trace is gzipped here,
+without the track, and the analysis still reaches the results when it ends). A trace without device work gets no
+track and is gzipped and written at once, so a slow analysis delays no write. Every wait is bounded,
 nothing waits in ``__del__``, and a pending export never keeps the process alive: at exit it gets ``timeout``
 seconds, then its temporary files are removed. Problems are collected as messages for the training thread to
 warn about; the training run never sees an exception from here.
@@ -22,11 +22,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from isal import igzip
-
 from lightning_streamprof.errors import is_disk_full
-from lightning_streamprof.profiling.counters import add_counters, utilization_counters
 from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline
+from lightning_streamprof.profiling.postprocess import gzipped_trace
 from lightning_streamprof.profiling.problems import Problems
 from lightning_streamprof.profiling.run_dir import make_fresh_dir
 from lightning_streamprof.profiling.storage import ensure_dir, write_atomic
@@ -47,9 +45,6 @@ MAX_BACKLOG = 2
 MAX_PENDING_ANALYSES = 4
 #: consecutive store time-outs after which no further window is recorded
 MAX_STORE_TIMEOUTS = 2
-#: categories of device work in a Kineto trace (as Kineto writes them, with and without a space): a trace
-#: holding none gets no counter track, so its write need not wait for its analysis
-_DEVICE_WORK = (b'"cat": "kernel"', b'"cat":"kernel"', b'"cat": "gpu_', b'"cat":"gpu_')
 
 
 @dataclass(frozen=True)
@@ -75,12 +70,15 @@ class _Job:
     identity: TraceIdentity
     steps: tuple[int, int]
     global_step: int
+    device: bool = False  # recorded device work: the worker gzips it with its counter track
     written: bool = False  # the write is over (done, failed or abandoned)
     analysed: bool = False  # nothing more comes from the analysis (done, failed, not wanted, dropped, abandoned)
     ok: bool = False  # the trace is at its target and listed in ``results``
     abandoned: bool = False  # given up by finish(): its thread's outcome is dropped
     analysis: Result | None = None
     metrics: dict[str, float] | None = field(default=None, repr=False)
+    gz: bytes | None = field(default=None, repr=False)  # the trace as the worker gzipped it, until written
+    raw_size: int = 0
 
 
 class TraceExporter:
@@ -109,6 +107,20 @@ class TraceExporter:
         atexit.register(_finish_at_exit, weakref.ref(self))
 
     # ------------------------------------------------------------------ training thread
+    def start_worker(self) -> None:
+        """Start the analysis worker now (at setup, while no step runs) rather than at the first window."""
+        if self._worker is None:
+            return
+        try:
+            self._worker.start()
+        except Exception as err:  # noqa: BLE001 - the first window tries again
+            log.debug("streamprof: could not start the analysis worker: %s", err)
+
+    @property
+    def busy(self) -> bool:
+        """A handed-over window is still being analysed or written."""
+        return bool(self._jobs)
+
     def check_writable(self, directory: str) -> bool:
         """Whether ``directory`` can be created, within ``timeout`` seconds (else a problem is noted)."""
         try:
@@ -162,15 +174,16 @@ class TraceExporter:
         reason = self.refusal or "earlier traces are still being written"
         self.problems.add("skipped", f"a window was skipped: {reason}")
 
-    def submit(self, local_path: str, identity: TraceIdentity, *, steps: tuple[int, int], global_step: int = 0) -> None:
+    def submit(self, local_path: str, identity: TraceIdentity, *, steps: tuple[int, int], global_step: int = 0,
+               device_work: bool = False) -> None:
         """Export the trace saved at ``local_path`` to ``identity.path`` (the window's recorded ``steps``:
-        first, past-the-end)."""
+        first, past-the-end); ``device_work``: the session recorded a device's activity."""
         with self._cond:
             if self._closed:
                 _remove(local_path)
                 return
             self._start_threads()
-            job = _Job(local_path, identity, steps, global_step, analysed=self._worker is None)
+            job = _Job(local_path, identity, steps, global_step, device=device_work, analysed=self._worker is None)
             dropped = None
             if self._worker is not None:
                 if len(self._analyses) >= MAX_PENDING_ANALYSES:
@@ -202,6 +215,7 @@ class TraceExporter:
             unanalysed = sum(1 for j in pending if j.written and not j.analysed)
             for job in pending:
                 job.abandoned = job.written = job.analysed = True
+                job.gz = None
             idle = self._closed
             self._cond.notify_all()
         for job in pending:
@@ -281,22 +295,21 @@ class TraceExporter:
 
     def _write(self, job: _Job) -> None:
         target = job.identity.path
-        with open(job.local, "rb") as f:
-            raw = f.read()
-        size = len(raw)
-        if self._worker is not None and any(mark in raw for mark in _DEVICE_WORK):
-            with self._cond:  # the counter track needs this window's analysis
+        data, size = None, 0
+        if job.device and self._worker is not None:
+            with self._cond:  # the worker gzips it with the counter track of its analysis
                 if not self._cond.wait_for(lambda: job.analysed or job.abandoned, self.timeout):
                     log.debug("streamprof: %s written without its counter track (analysis not done in %g s)",
                               target, self.timeout)
-                analysis = job.analysis
-            if analysis is not None:
-                raw = add_counters(raw, utilization_counters(analysis))
+                data, size, job.gz = job.gz, job.raw_size, None
+        if data is None:
+            with open(job.local, "rb") as f:
+                raw = f.read()
+            size = len(raw)
+            data = gzipped_trace(raw, self.compress_level)
+            del raw
         try:
-            call_with_deadline(
-                lambda: write_atomic(target, igzip.compress(raw, compresslevel=self.compress_level, mtime=0)),
-                self.timeout, f"the trace store ({target})",
-            )
+            call_with_deadline(lambda: write_atomic(target, data), self.timeout, f"the trace store ({target})")
         except DeadlineExceeded as err:
             with self._cond:
                 self._store_timeouts += 1
@@ -320,9 +333,9 @@ class TraceExporter:
 
     def _analysis_loop(self) -> None:
         while (job := self._take(self._analyses)) is not None:
-            analysis, metrics = None, None
+            analysis, metrics, gz, raw_size = None, None, None, 0
             try:
-                analysis, metrics = self._analyse(job)
+                analysis, metrics, gz, raw_size = self._analyse(job)
             except BaseException as err:  # noqa: BLE001 - a thread must not die
                 if not job.abandoned:
                     self.problems.add("analysis", f"could not analyse window {job.identity.window}: {_reason(err)}")
@@ -330,22 +343,30 @@ class TraceExporter:
                 with self._cond:
                     if not job.abandoned:
                         job.analysis, job.metrics, job.analysed = analysis, metrics, True
+                        if not job.written:
+                            job.gz, job.raw_size = gz, raw_size
                         if job.ok and analysis is not None:  # written before its analysis ended
                             self._attach(job)
                     self._cond.notify_all()
                 self._settle(job)
 
-    def _analyse(self, job: _Job) -> tuple[Result | None, dict[str, float] | None]:
+    def _analyse(self, job: _Job) -> tuple[Result | None, dict[str, float] | None, bytes | None, int]:
+        """The window's analysis and headline metrics, and (a trace with device work) the trace gzipped with its
+        counter track, from the worker."""
         assert self._worker is not None
         try:
-            analysis = self._worker.analyze(job.local, job.identity)
+            done = self._worker.analyze(job.local, job.identity, self.compress_level if job.device else None)
         except AnalysisError as err:
             if not job.abandoned:
                 self.problems.add("analysis", f"could not analyse window {job.identity.window}: {err}")
-            return None, None
-        for problem in analysis.warnings:
+            return None, None, None, 0
+        if done.analysis is None:
+            if not job.abandoned:
+                self.problems.add("analysis", f"could not analyse window {job.identity.window}: {done.error}")
+            return None, None, done.gz, done.raw_size
+        for problem in done.analysis.warnings:
             self.problems.add("trace", problem)
-        return analysis, headline_metrics(analysis)
+        return done.analysis, headline_metrics(done.analysis), done.gz, done.raw_size
 
     # ------------------------------------------------------------------ results (under the condition)
     def _listed(self, result: WindowResult) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import warnings
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -33,6 +34,7 @@ from lightning_streamprof.profiling.run_report import (
     with_other_ranks,
     write_run_files,
 )
+from lightning_streamprof.report.cost import ProfilingCost
 from lightning_streamprof.report.markdown import window_markdown
 from lightning_streamprof.report.metrics import headline_metrics
 from lightning_streamprof.report.summary import moved_note, render_windows
@@ -45,10 +47,12 @@ _STEP_ACTIONS = {
     "test": ".test_next",
     "predict": ".predict_next",
 }
-#: steps after a window whose slowdown is charged to it (trace post-processing, export thread)
+#: steps after a window in the grid of ``every=None`` (its export's first steps are charged to it)
 _COST_TAIL_STEPS = 2
 #: TensorBoard text tag of each window's markdown summary
 _TEXT_TAG = "streamprof/summary"
+#: TensorBoard scalar of the profiling cost as a fraction of the training time so far
+OVERHEAD_TAG = "streamprof/overhead"
 #: windows (and distributed windows) the summary shows: the latest, so that it stays short in a long run
 _SUMMARY_WINDOWS = 3
 
@@ -97,9 +101,11 @@ class StreamProfiler(Profiler):
     markdown summary goes to the text tag ``streamprof/summary``.
 
     Window placement: ``skip_first`` steps are never profiled; then a window starts every ``every``
-    steps. With ``max_overhead`` set, each window's measured cost (its steps' slowdown against the median
-    unprofiled step, trace start/stop and the export's effect on the following steps) is charged against
-    the run: a window is moved to a later grid point until the cost of all windows stays within
+    steps. Each window's cost is measured (the slowdown of every step over the unprofiled steps' typical time,
+    from its first warm-up step until its trace is exported and analysed, each step's capped at 3x the window's
+    median so that a stall from elsewhere is not charged, plus the profiler's own time) and stated as a fraction
+    of the training time: in :meth:`summary`, the HTML report and ``streamprof/overhead`` (TensorBoard). With
+    ``max_overhead`` set, a window is moved to a later grid point until the cost of all windows stays within
     ``max_overhead`` of the training time so far. The default (``every=None``) samples as often as that
     budget allows, so long runs get many windows and short runs few.
 
@@ -222,6 +228,7 @@ class StreamProfiler(Profiler):
         self._report_path: str | None = None
         self._run: RunResults | None = None
         self._seen_exception = 0
+        self._end_seconds: float | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -232,6 +239,7 @@ class StreamProfiler(Profiler):
         self._end_stage()  # a stage that ended in an exception had no teardown
         self._failed = False
         self._reported = self._report_path = self._run = None
+        self._end_seconds = None
         self._step_suffix = _STEP_ACTIONS.get(stage, "\0never")
         trainer = self._trainer()
         rank = int(getattr(trainer, "global_rank", 0)) if trainer is not None else 0
@@ -254,11 +262,12 @@ class StreamProfiler(Profiler):
         self._aggregator = self._new_aggregator(run_name, rank, world_size)
         agg = self._aggregator
         self._recorder = WindowRecorder(
-            self.schedule, OverheadBudget(self.max_overhead, tail_steps=_COST_TAIL_STEPS), self._exporter,
+            self.schedule, OverheadBudget(self.max_overhead), self._exporter,
             self._new_session, self._global_step, run_name=run_name, run_dir=run_dir, rank=rank, world_size=world_size,
             agree=agg.agree_defer if agg is not None else None,
             on_window_end=agg.window_ended if agg is not None else None,
         )
+        exporter.start_worker()  # while no step runs
 
     def _new_aggregator(self, run_name: str, rank: int, world_size: int) -> Any:
         """The distributed aggregation of a multi-rank run (None in a single process or without analysis)."""
@@ -369,7 +378,8 @@ class StreamProfiler(Profiler):
 
     def _finish(self) -> None:
         """Close the open step, export a partly recorded window, wait (bounded) for pending exports, log them,
-        gather the ranks' last windows and write the run's report."""
+        gather the ranks' last windows and write the run's report; the time it takes is stated with the cost."""
+        start = time.perf_counter()
         self._end_open_window()
         exporter = getattr(self, "_exporter", None)
         if exporter is not None:
@@ -379,7 +389,14 @@ class StreamProfiler(Profiler):
             self._aggregator.finish()
             self._log_metrics({}, self._global_step(), save=True)
         if exporter is not None:
+            first = self._end_seconds is None
+            if first:
+                self._end_seconds = time.perf_counter() - start  # what the report can say
             self._write_report()
+            cost = self.cost
+            if first and cost is not None and cost.windows:
+                self._end_seconds = time.perf_counter() - start  # the report's writing included
+                self._log_metrics({OVERHEAD_TAG: cost.fraction}, self._global_step(), save=True)
 
     def _write_report(self) -> None:
         """Once per stage, on global rank 0: the run's HTML report (and StreamPipeline's report) beside the traces.
@@ -404,7 +421,8 @@ class StreamProfiler(Profiler):
         if recorder.world_size > 1:  # the other ranks' traces of the same windows, where this rank can read them
             run, found_notes = with_other_ranks(run, exporter.results, recorder.world_size, self.timeout)
             notes += found_notes
-        self._report_path = write_run_files(recorder.run_dir, run, pipeline_text=text or None, notes=notes)
+        self._report_path = write_run_files(recorder.run_dir, run, pipeline_text=text or None, notes=notes,
+                                            cost=self.cost)
         self._run = run
 
     def _warn_problems(self, exporter: TraceExporter | None = None) -> None:
@@ -425,10 +443,13 @@ class StreamProfiler(Profiler):
                 self._aggregator.add_local(result.window, result.analysis, result.global_step)
             if result.analysis is None:
                 continue
+            cost = self.cost
             text = window_markdown(result.analysis, result.window, result.first_step, result.last_step,
                                    moved=moved_note(result.window, result.first_step, moves.get(result.window)),
-                                   path=result.path)
+                                   path=result.path, cost=cost.sentence() if cost is not None else None)
             metrics = result.metrics if result.metrics is not None else headline_metrics(result.analysis)
+            if cost is not None:
+                metrics = {**metrics, OVERHEAD_TAG: cost.fraction}
             self._log_metrics(metrics, result.global_step, save, text=text)
 
     def _log_metrics(self, metrics: dict[str, float], step: int, save: bool = False, text: str | None = None) -> None:
@@ -513,6 +534,21 @@ class StreamProfiler(Profiler):
         """Measured cost of the windows so far, in seconds of training time."""
         return self._recorder.budget.total_cost if self._recorder is not None else 0.0
 
+    @property
+    def overhead_fraction(self) -> float:
+        """Measured cost of the windows so far as a fraction of the training time so far."""
+        cost = self.cost
+        return cost.fraction if cost is not None else 0.0
+
+    @property
+    def cost(self) -> ProfilingCost | None:
+        """What profiling cost this stage so far (None before it started), and at its end what the end waited."""
+        recorder = self._recorder
+        if recorder is None:
+            return None
+        return ProfilingCost(recorder.budget.total_cost, recorder.training_seconds, recorder.budget.windows,
+                             self._end_seconds)
+
     @override
     def summary(self) -> str:
         """The last windows' headline numbers and top operators (a few lines however many windows ran), and
@@ -533,7 +569,7 @@ class StreamProfiler(Profiler):
         if recorder is not None:
             footer += next_commands(recorder.run_dir, self._report_path, self._log_dirs())
         total = exporter.written if exporter is not None else len(results)
-        return render_windows(results, rank=self._global_rank, overhead=self.overhead_seconds,
+        return render_windows(results, rank=self._global_rank, cost=self.cost,
                               row_limit=self.row_limit, total=total, shown=_SUMMARY_WINDOWS, run=self._run,
                               moves=recorder.moves if recorder else None, footer=footer)
 

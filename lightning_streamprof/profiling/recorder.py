@@ -22,9 +22,10 @@ from lightning_streamprof.results import TraceIdentity
 class WindowRecorder:
     """Steps a stage through its windows; :meth:`step_boundary` is called at the start of every step.
 
-    Between windows a boundary only counts the step (and times it for the budget's baseline). In a window and
-    the budget's tail after it, every step is charged to the budget; recorded steps get a ``ProfilerStep#N``
-    range (``N`` = ``offset`` + run-relative index) and Lightning's actions their ``[pl][profile]`` ranges.
+    Between windows a boundary only counts the step (and times it for the budget's baseline). From a window's
+    first warm-up step until its trace is exported and analysed, every step is charged to the budget; recorded
+    steps get a ``ProfilerStep#N`` range (``N`` = ``offset`` + run-relative index) and Lightning's actions their
+    ``[pl][profile]`` ranges. ``clock`` gives seconds (``time.perf_counter``; tests inject theirs).
     """
 
     def __init__(
@@ -41,6 +42,7 @@ class WindowRecorder:
         world_size: int,
         agree: Callable[[int, int], int] | None = None,
         on_window_end: Callable[[int, int, int | None, str], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.schedule, self.budget, self.exporter = schedule, budget, exporter
         self._new_session = new_session
@@ -50,8 +52,9 @@ class WindowRecorder:
         # distributed runs: every rank's deferral of the next window agreed (window index, steps) -> steps, and
         # told of each recorded window (index, stop, next window's start, window directory)
         self._agree, self._on_window_end = agree, on_window_end
+        self._clock = clock
         self.offset = 0  # global index of the run's first step (a resumed fit continues its numbering)
-        self.watching = False  # inside a window or its cost tail: full action handling
+        self.watching = False  # inside a window or while its export runs: full action handling, steps charged
         self._window: Window | None = schedule.window(0)
         self._warmup_start = self._window.warmup_start if self._window else math.inf
         self._session: KinetoSession | Unrecorded | None = None
@@ -63,6 +66,7 @@ class WindowRecorder:
         self._run_start: float | None = None
         self._tainted = False
         self._own_time = 0.0
+        self._timing = False  # inside a timed part of the profiler's own work (nested parts are not counted twice)
         self._windows_done = 0
         #: window index -> the first step it would have recorded had the overhead budget not moved it
         self.moves: dict[int, int] = {}
@@ -86,9 +90,16 @@ class WindowRecorder:
         return self._session is not None
 
     # ------------------------------------------------------------------ steps and ranges
+    @property
+    def training_seconds(self) -> float:
+        """Seconds from the first step's start to the latest step's start."""
+        if self._run_start is None or self._last_boundary is None:
+            return 0.0
+        return self._last_boundary - self._run_start
+
     def step_boundary(self, first: Callable[[], int]) -> None:
         """A step starts (``first()`` gives the global index of the run's first step, asked once)."""
-        now = time.perf_counter()
+        now = self._clock()
         step = self._next_step
         self._next_step = step + 1
         last, self._last_boundary = self._last_boundary, now
@@ -101,9 +112,20 @@ class WindowRecorder:
                 return
         else:
             self._charge(now - last)
-        t0 = time.perf_counter()
-        self._advance(step)
-        self._own_time += time.perf_counter() - t0
+        self._timed(self._advance, step)
+
+    def _timed(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn``, adding its time to the profiler's own time of this step (once, however nested)."""
+        if self._timing:
+            fn(*args)
+            return
+        self._timing = True
+        t0 = self._clock()
+        try:
+            fn(*args)
+        finally:
+            self._own_time += self._clock() - t0
+            self._timing = False
 
     def open_range(self, action: str) -> None:
         rf = torch.autograd.profiler.record_function(names.pl_range(action))
@@ -130,9 +152,7 @@ class WindowRecorder:
         self._step_range = None
         window = self._window
         if window is not None and self._open_step + 1 >= window.stop:
-            t0 = time.perf_counter()
-            self.end_window()
-            self._own_time += time.perf_counter() - t0
+            self._timed(self.end_window)
 
     def _close_ranges(self) -> None:
         for stack in self._open_ranges.values():
@@ -155,6 +175,8 @@ class WindowRecorder:
                     return
                 self.exporter.skipped()
                 self._place_next(current=step + 1)
+                return
+            if self._agree is None and self._over_budget(step):
                 return
             self.watching = True
             self.budget.begin_window()
@@ -215,7 +237,8 @@ class WindowRecorder:
             if self._agree is not None and not self.exporter.accepting:
                 self.exporter.skip(local)
             else:
-                self.exporter.submit(local, identity, steps=steps, global_step=self._global_step())
+                self.exporter.submit(local, identity, steps=steps, global_step=self._global_step(),
+                                     device_work=bool(getattr(session, "records_device", False)))
         else:  # the run ended during warm-up, or another session held Kineto: nothing was recorded
             session.release()
         self._windows_done += 1
@@ -225,17 +248,37 @@ class WindowRecorder:
             self._on_window_end(window.index, window.stop, self._window.start if self._window else None, window_dir)
 
     def _charge(self, seconds: float) -> None:
-        """Charge a window or cost-tail step's slowdown to the budget."""
+        """Charge the step that just ended to the budget: a window's step, or one while its export runs; the charge
+        period ends once the exports are done."""
         own, self._own_time = self._own_time, 0.0
-        self.budget.charge(seconds, own, self._tainted)
+        if self._session is not None or self._step_range is not None:
+            self.budget.window_step(seconds, own, self._tainted)
+        else:
+            self.budget.tail_step(seconds, own, self._tainted)
+            if self.budget.tail_done and not self.exporter.busy:
+                self.budget.end_period()
+                self.watching = False
         self._tainted = False
-        if self._session is None and self._step_range is None and self.budget.tail_step():
-            self.watching = False  # the cost tail after a window is over
+
+    def _over_budget(self, step: int) -> bool:
+        """At a window's first step, with a budget: move it to a later grid point while an earlier window's export
+        runs or the cost so far is over budget. True when it moved."""
+        if self.budget.max_overhead is None or self._window is None:
+            return False
+        defer = 1 if self.exporter.busy else self.budget.defer_steps(self.training_seconds)
+        if defer <= 0:
+            return False
+        planned = self._window
+        moved = self.schedule.window(self._windows_done, not_before=step + defer)
+        self._window = moved
+        self._warmup_start = moved.warmup_start if moved is not None else math.inf
+        if moved is not None and moved.start != planned.start:
+            self.moves.setdefault(moved.index, self.offset + planned.start)
+        return True
 
     def _place_next(self, current: int) -> None:
         """Next window on the grid at or after ``current``, later if the overhead budget needs it."""
-        elapsed = time.perf_counter() - self._run_start if self._run_start is not None else 0.0
-        defer = self.budget.defer_steps(elapsed)
+        defer = self.budget.defer_steps(self.training_seconds)
         if self._agree is not None:
             defer = self._agree(self._windows_done - 1, defer)
         self._window = self.schedule.window(self._windows_done, not_before=current + defer)

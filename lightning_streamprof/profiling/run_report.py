@@ -16,6 +16,7 @@ from fsspec.core import split_protocol
 from lightning_streamprof import names
 from lightning_streamprof.profiling.exporter import WindowResult
 from lightning_streamprof.profiling.storage import join_path, write_atomic
+from lightning_streamprof.report.cost import ProfilingCost
 from lightning_streamprof.results import RunResults, WindowResults
 
 
@@ -97,7 +98,8 @@ def _write(path: str, text: str) -> None:
     write_atomic(path, text.encode("utf-8"))
 
 
-def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None, notes: Sequence[str]) -> str | None:
+def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None, notes: Sequence[str],
+                    cost: ProfilingCost | None = None) -> str | None:
     """Write ``report.html`` (and StreamPipeline's report, when there is one) in ``run_dir``; returns the
     report's path, or None (with a warning) when it could not be written."""
     from lightning_streamprof.report.html import render_report
@@ -107,7 +109,7 @@ def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None,
         if pipeline_text:
             _write(join_path(run_dir, names.PIPELINE_NOTES_FILE), pipeline_text + "\n")
         _write(path, render_report([run], run_dir, pipeline={run.run: pipeline_text} if pipeline_text else None,
-                                   notes=notes))
+                                   notes=notes, cost=cost))
     except Exception as err:  # noqa: BLE001 - the run is over; a missing report is a warning
         warnings.warn(f"StreamProfiler: could not write the HTML report {path}: {err}", stacklevel=2)
         return None

@@ -94,52 +94,144 @@ class WindowSchedule:
         return windows
 
 
+class StepBaseline:
+    """The last ``size`` unprofiled step times: a robust location (their mean with each value clamped to the median
+    +- 4 spreads) and spread (1.4826 x the median absolute deviation, at least 1% of the median)."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._steps: deque[float] = deque(maxlen=size)
+        self._stats: tuple[float, float] | None = None
+
+    def add(self, seconds: float) -> None:
+        self._steps.append(seconds)
+        self._stats = None
+
+    def __bool__(self) -> bool:
+        return bool(self._steps)
+
+    @property
+    def stats(self) -> tuple[float, float]:
+        """``(location, spread)`` in seconds."""
+        if self._stats is None:
+            med = statistics.median(self._steps)
+            spread = max(1.4826 * statistics.median(abs(x - med) for x in self._steps), 0.01 * med)
+            lo, hi = med - 4 * spread, med + 4 * spread
+            self._stats = (statistics.fmean(min(max(x, lo), hi) for x in self._steps), spread)
+        return self._stats
+
+
 class OverheadBudget:
     """The profiler's measured cost against a share of training time.
 
-    A window's cost is each of its steps' slowdown against the median unprofiled step (the last
-    ``baseline_steps`` of them), plus the profiler's own time, for the window's steps and ``tail_steps`` after
-    it (trace post-processing and export slow them too). :meth:`defer_steps` says how many steps the next window
-    must wait so that the cost of all windows stays within ``max_overhead`` of the training time so far.
+    Each window opens a charge period that lasts until its trace is exported and analysed (at least
+    ``min_tail_steps`` steps after the window). Every step of the period is charged the profiler's own time in the
+    training thread plus the step's excess over the unprofiled baseline (:class:`StepBaseline`), and a period is
+    charged at least its own time. A step's excess is capped at ``cap_factor`` times the median excess of the
+    window's steps (at least 4 baseline spreads): a step slowed by something else (a stalled fetch, a slow file
+    system) is charged as a typical step of the window, and its stall is not the profiler's. A step in which
+    validation or a checkpoint ran (``tainted``) is charged its own time only.
+
+    :meth:`defer_steps` says how many steps the next window must wait so that the cost of all windows, the next one
+    included, stays within ``max_overhead`` of the training time: the next window is expected to cost what earlier
+    windows cost on average, and a period still open counts with its cost so far plus the rest of an average export.
     """
 
-    def __init__(self, max_overhead: float | None, tail_steps: int = 2, baseline_steps: int = 64) -> None:
+    def __init__(self, max_overhead: float | None, baseline_steps: int = 64, cap_factor: float = 3.0,
+                 min_tail_steps: int = 2) -> None:
         self.max_overhead = max_overhead
-        self.tail_steps = tail_steps
-        self.total_cost = 0.0
-        self.window_cost = 0.0
-        self._baseline: deque[float] = deque(maxlen=baseline_steps)
-        self._tail_left = 0
+        self.cap_factor = cap_factor
+        self.min_tail_steps = min_tail_steps
+        self.baseline = StepBaseline(baseline_steps)
+        self.windows = 0
+        self._settled = 0.0
+        self._open = False
+        self._own = 0.0
+        self._excess = 0.0  # the open period's capped excess (signed: noise cancels out)
+        self._window_x: list[float] = []  # the open window's uncapped excesses, capped when it ends
+        self._cap = math.inf
+        self._tail = 0.0
+        self._tail_steps = 0
+        self._tail_costs: list[float] = []
+        self._period_costs: list[float] = []
 
+    # ------------------------------------------------------------------ steps
     def unprofiled_step(self, seconds: float) -> None:
-        """A step outside windows and their tails: part of the baseline."""
-        self._baseline.append(seconds)
+        """A step outside windows and their exports: part of the baseline."""
+        self.baseline.add(seconds)
 
     def begin_window(self) -> None:
-        self.window_cost = 0.0
-        self._tail_left = 0
+        """A window's first step comes next (the period of an earlier window's export, if still open, goes on)."""
+        self._open = True
+        self._window_x = []
+
+    def window_step(self, seconds: float, own: float, tainted: bool = False) -> None:
+        """A warm-up or recorded step of ``seconds``, ``own`` of them in the profiler itself."""
+        self._own += own
+        if not tainted and self.baseline:
+            self._window_x.append(seconds - own - self.baseline.stats[0])
 
     def end_window(self) -> None:
-        """The window's trace is stopped: its tail steps are charged next."""
-        self._tail_left = self.tail_steps
+        """The window's steps are over: their excesses are capped and charged; the export's steps come next."""
+        self._cap = self._window_cap()
+        self._excess += sum(self._capped(x) for x in self._window_x)
+        self._window_x = []
+        self._tail, self._tail_steps = 0.0, 0
+        self.windows += 1
 
-    def charge(self, seconds: float, own: float, tainted: bool) -> None:
-        """Charge a window or tail step of ``seconds``, ``own`` of them spent in the profiler itself; a
-        ``tainted`` step (validation or a checkpoint ran inside it) is charged its own time only."""
-        extra = own
-        if not tainted and self._baseline:
-            extra += max(0.0, (seconds - own) - statistics.median(self._baseline))
-        self.window_cost += extra
-        self.total_cost += extra
+    def tail_step(self, seconds: float, own: float, tainted: bool = False) -> None:
+        """A step while a window's trace is exported or analysed."""
+        self._own += own
+        self._tail_steps += 1
+        if not tainted and self.baseline:
+            x = self._capped(seconds - own - self.baseline.stats[0])
+            self._excess += x
+            self._tail += x
 
-    def tail_step(self) -> bool:
-        """Count a step of the tail after a window; True when the tail is over."""
-        self._tail_left = max(0, self._tail_left - 1)
-        return self._tail_left == 0
+    @property
+    def tail_done(self) -> bool:
+        """At least ``min_tail_steps`` steps were charged since the window ended."""
+        return self._tail_steps >= self.min_tail_steps
+
+    def end_period(self) -> None:
+        """Exports are done: the period's cost is settled."""
+        if not self._open:
+            return
+        cost = self._own + max(0.0, self._excess)
+        self._settled += cost
+        self._period_costs.append(cost)
+        self._tail_costs.append(self._tail)
+        self._open, self._own, self._excess, self._tail, self._tail_steps = False, 0.0, 0.0, 0.0, 0
+
+    def _window_cap(self) -> float:
+        """``cap_factor`` x the median excess of the open window's steps, at least 4 baseline spreads."""
+        spread = self.baseline.stats[1] if self.baseline else 0.0
+        typical = max(0.0, statistics.median(self._window_x)) if self._window_x else 0.0
+        return max(self.cap_factor * typical, 4 * spread)
+
+    def _capped(self, x: float, cap: float | None = None) -> float:
+        cap = self._cap if cap is None else cap
+        return min(max(x, -cap), cap)
+
+    # ------------------------------------------------------------------ totals
+    @property
+    def total_cost(self) -> float:
+        """Seconds of training time the profiler cost so far (an open period with its cost so far)."""
+        cap = self._window_cap() if self._window_x else 0.0
+        pending = sum(self._capped(x, cap) for x in self._window_x)
+        return self._settled + self._own + max(0.0, self._excess + pending)
+
+    def fraction(self, elapsed: float) -> float:
+        """The cost as a share of ``elapsed`` seconds of training."""
+        return self.total_cost / elapsed if elapsed > 0 else 0.0
 
     def defer_steps(self, elapsed: float) -> int:
         """Steps the next window must wait, ``elapsed`` seconds into the run, to keep within the budget."""
-        if self.max_overhead is None or not self._baseline:
+        if self.max_overhead is None or not self.baseline:
             return 0
-        needed = (self.total_cost + self.window_cost) / self.max_overhead - elapsed
-        return math.ceil(needed / statistics.median(self._baseline)) if needed > 0 else 0
+        cost = self.total_cost
+        if self._open and self._tail_costs:  # the rest of the open export, as earlier exports cost
+            cost += max(0.0, statistics.fmean(self._tail_costs) - self._tail)
+        if self._period_costs:  # the next window itself, as earlier windows cost
+            cost += statistics.fmean(self._period_costs)
+        needed = cost / self.max_overhead - elapsed
+        return math.ceil(needed / self.baseline.stats[0]) if needed > 0 else 0

@@ -80,8 +80,11 @@ class KinetoSession:
         self._held = True
         try:
             quiet_kineto()
+            kinds = kineto_activities(activities)
+            #: the session records a device's activity (its trace gets a counter track)
+            self.records_device = any(kind != torch.profiler.ProfilerActivity.CPU for kind in kinds)
             self._prof = torch.profiler.profile(
-                activities=kineto_activities(activities),
+                activities=kinds,
                 record_shapes=record_shapes,
                 profile_memory=profile_memory,
                 with_stack=with_stack,

@@ -12,12 +12,13 @@ from lightning_streamprof.results import Recommendation, Result, WindowResults
 
 @dataclass(frozen=True)
 class Finding:
-    """One kind of recommendation: its message, the merged evidence, and ``(trace label, evidence)`` per trace."""
+    """One kind of recommendation: its message, the merged evidence, and ``(trace label, evidence line)`` per
+    trace (the line is never empty)."""
 
     id: str
     message: str
     evidence: dict[str, Any]
-    per_trace: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    per_trace: list[tuple[str, str]] = field(default_factory=list)
 
 
 def trace_label(result: Result) -> str:
@@ -53,30 +54,41 @@ def findings(result: Result, windows: Sequence[WindowResults] = ()) -> list[Find
         if key in seen:
             continue
         seen.add(key)
-        evidence = [(label, dict(found.evidence)) for label, found in per.get(key, [])]
+        evidence = [(label, evidence_line(found)) for label, found in per.get(key, [])]
         out.append(Finding(rec.id, rec.message, dict(rec.evidence), evidence))
     for key, found in per.items():
         if key not in seen:
             first = found[0][1]
-            message = f"In {len(found)} of {len(traces)} traces only: {first.message}"
-            out.append(Finding(first.id, message, {}, [(lbl, dict(x.evidence)) for lbl, x in found]))
+            where = "; ".join(label for label, _ in found)
+            message = f"In {where} only (not in the run as a whole): {first.message}"
+            out.append(Finding(first.id, message, dict(first.evidence), [(lbl, evidence_line(x)) for lbl, x in found]))
     return out
 
 
+def evidence_line(rec: Recommendation) -> str:
+    """A finding's numbers in a few words: its ``summary``, else its scalar evidence, else its message's first
+    sentence (never empty)."""
+    return rec.summary or evidence_text(rec.evidence) or rec.message.split(". ", 1)[0].rstrip(".")
+
+
 def evidence_text(evidence: dict[str, Any], limit: int = 6) -> str:
-    """The scalar numbers of an evidence dict, ``key value`` pairs with shares in % and ``_ms`` keys in ms."""
+    """The numbers of an evidence dict, ``key value`` pairs (a list's values joined) with shares and utilization
+    in % and ``_ms`` keys in ms."""
     parts = []
     for key, value in evidence.items():
-        if isinstance(value, bool) or value is None:
-            continue
-        if isinstance(value, (int, float)):
-            if key == "share" or key.endswith("_share"):
-                parts.append(f"{key.replace('_', ' ')} {100 * value:.1f}%")
-            elif "ms" in key.split("_"):
-                words = " ".join(w for w in key.split("_") if w != "ms")
-                parts.append(f"{words} {value:.3f} ms")
-            else:
-                parts.append(f"{key.replace('_', ' ')} {value:.4g}")
+        values = value if isinstance(value, list) else [value]
+        shown = [_number(key, v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if shown:
+            words = " ".join(w for w in key.split("_") if w != "ms")
+            parts.append(f"{words} {', '.join(shown)}")
         if len(parts) >= limit:
             break
     return ", ".join(parts)
+
+
+def _number(key: str, value: float) -> str:
+    if key in ("share", "utilization") or key.endswith("_share"):
+        return f"{100 * value:.1f}%"
+    if "ms" in key.split("_"):
+        return f"{value:.3f} ms"
+    return f"{value:.4g}"

@@ -15,7 +15,8 @@ from html import escape
 from urllib.parse import quote
 
 from lightning_streamprof.report import distributed, svg
-from lightning_streamprof.report.findings import evidence_text, findings
+from lightning_streamprof.report.cost import ProfilingCost
+from lightning_streamprof.report.findings import findings
 from lightning_streamprof.report.page import cards, note, page, table
 from lightning_streamprof.results import CATEGORIES, Result, RunResults, Steps, WindowResults
 
@@ -61,7 +62,7 @@ def peak_memory(result: Result) -> tuple[int | None, int | None, str]:
     return top.peak_allocated_bytes, top.total_memory, top.device
 
 
-def _overview(result: Result, notes: Sequence[str]) -> str:
+def _overview(result: Result, notes: Sequence[str], cost: ProfilingCost | None = None) -> str:
     util, sm, occ = gpu_overview(result)
     peak, total, device = peak_memory(result)
     steps = result.steps
@@ -75,7 +76,11 @@ def _overview(result: Result, notes: Sequence[str]) -> str:
          (f"{device}" + (f", {100 * peak / total:.1f}% of {total / 2**30:.1f} GiB" if total and peak else ""))
          if peak is not None else "record with profile_memory=True"),
     ]
-    extra = "".join(f'<p class="note warn">{escape(n)}</p>' for n in notes)
+    if cost is not None:
+        items.append(("Profiling cost", f"{100 * cost.fraction:.1f}%",
+                      f"of the training time: {cost.seconds:.2f} s of {cost.training_seconds:.2f} s"))
+    extra = f'<p class="note">{escape(cost.sentence())}</p>' if cost is not None else ""
+    extra += "".join(f'<p class="note warn">{escape(n)}</p>' for n in notes)
     return cards(items) + extra
 
 
@@ -218,7 +223,7 @@ def _recommendations(result: Result, windows: Sequence[WindowResults]) -> str:
         return note("Nothing to recommend: no rule found a problem in these traces.")
     out = []
     for f in found:
-        items = "".join(f"<li>{escape(label)}: {escape(evidence_text(ev))}</li>" for label, ev in f.per_trace)
+        items = "".join(f"<li>{escape(label)}: {escape(line)}</li>" for label, line in f.per_trace)
         out.append(f'<div class="rec"><div class="id">{escape(f.id)}</div><div>{escape(f.message)}</div>'
                    + (f"<ul>{items}</ul>" if items else "") + "</div>")
     return "".join(out)
@@ -249,12 +254,12 @@ def _traces(result: Result) -> str:
 
 
 def run_sections(run: RunResults, *, pipeline_text: str | None = None, notes: Sequence[str] = (),
-                 prefix: str = "") -> list[tuple[str, str, str]]:
+                 prefix: str = "", cost: ProfilingCost | None = None) -> list[tuple[str, str, str]]:
     """The sections of one run: ``(anchor, heading, HTML)``."""
     r = run.merged
     p = f"{prefix}-" if prefix else ""
     return [
-        (f"{p}overview", "Overview", _overview(r, notes)),
+        (f"{p}overview", "Overview", _overview(r, notes, cost)),
         (f"{p}breakdown", "Step breakdown", _breakdown(run)),
         (f"{p}gpu", "GPU utilization", _gpu_timelines(r)),
         (f"{p}kernels", "Kernels", _kernels(r)),
@@ -268,13 +273,14 @@ def run_sections(run: RunResults, *, pipeline_text: str | None = None, notes: Se
 
 
 def render_report(runs: Sequence[RunResults], source: str = "", *, pipeline: Mapping[str | None, str] | None = None,
-                  notes: Sequence[str] = ()) -> str:
+                  notes: Sequence[str] = (), cost: ProfilingCost | None = None) -> str:
     """The whole HTML document for ``runs`` (each run's sections in turn); ``pipeline`` holds StreamPipeline's
-    report of each run, ``notes`` lines for the overview (e.g. windows the overhead budget moved)."""
+    report of each run, ``notes`` lines for the overview (e.g. windows the overhead budget moved), ``cost`` what
+    profiling cost the run (the profiler's own report)."""
     sections: list[tuple[str, str, str]] = []
     for i, run in enumerate(runs):
         body = run_sections(run, pipeline_text=(pipeline or {}).get(run.run), notes=notes,
-                            prefix=f"run{i}" if len(runs) > 1 else "")
+                            prefix=f"run{i}" if len(runs) > 1 else "", cost=cost)
         if len(runs) > 1:
             body = [(a, f"{run.run} · {h}", html) for a, h, html in body]
         sections += body

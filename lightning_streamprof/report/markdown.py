@@ -19,12 +19,14 @@ def _short(name: str, width: int = 80) -> str:
 
 
 def window_markdown(result: Result, window: int, first_step: int, last_step: int, *,
-                    moved: str | None = None, path: str | None = None) -> str:
+                    moved: str | None = None, path: str | None = None, cost: str | None = None) -> str:
     """GPU metrics, the step breakdown (ms), the top kernels and operators and the recommendations of a window;
-    ``moved`` says that the overhead budget moved the window."""
+    ``moved`` says that the overhead budget moved the window, ``cost`` what profiling has cost so far."""
     lines = [f"**StreamProfiler window {window}**: steps {first_step}-{last_step}"]
     if moved:
         lines += ["", f"*Note: {_escape(moved)}.*"]
+    if cost:
+        lines += ["", f"*{_escape(cost)}*"]
     if path:
         lines += ["", f"Trace: `{_escape(path)}`"]
     if result.gpu:

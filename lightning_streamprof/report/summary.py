@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from lightning_streamprof.escape import for_terminal
+from lightning_streamprof.report.cost import ProfilingCost
 from lightning_streamprof.report.findings import findings
 from lightning_streamprof.report.tables import OPERATOR_COLUMNS, console, finding_lines, headline_lines, plain, table
 from lightning_streamprof.results import Result, RunResults
@@ -30,19 +31,19 @@ def moved_note(window: int, first_step: int, planned: int | None) -> str | None:
 
 
 def render_windows(
-    windows: Sequence[Window], rank: int = 0, overhead: float | None = None, row_limit: int = 10,
+    windows: Sequence[Window], rank: int = 0, cost: ProfilingCost | None = None, row_limit: int = 10,
     total: int | None = None, shown: int = 3, *,
     run: RunResults | None = None, moves: Mapping[int, int] | None = None, footer: Sequence[str] = (),
 ) -> str:
     """One short block for each of the last ``shown`` windows (steps, trace path on its own line, GPU metrics,
     step breakdown in ms, top operators), then the recommendations once per kind with each window's evidence
-    (from ``run``), then ``footer`` lines. ``total`` windows were written in all (the rest are counted, so the
+    (from ``run``), then what profiling cost (``cost``) and ``footer`` lines. ``total`` windows were written in all (the rest are counted, so the
     text stays short). Plain text, no colour codes, paths never wrapped, trace text escaped."""
     out, buf = console(120)
     total = len(windows) if total is None else total
     head = f"StreamProfiler: {total} window(s) on rank {rank}"
-    if overhead is not None:
-        head += f", measured profiling cost {overhead:.2f} s"
+    if cost is not None:
+        head += f", {cost.headline()}"
     plain(out, head)
     latest = sorted(windows, key=lambda r: r.window)[-shown:]
     if total > len(latest) and latest:
@@ -72,6 +73,8 @@ def render_windows(
                   f"Recommendations (the last {analysed} analysed windows):")
             for line in lines:
                 plain(out, line)
+    if cost is not None:
+        plain(out, cost.sentence())
     for line in footer:
         plain(out, line)
     return buf.getvalue().rstrip()

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lightning_streamprof.escape import for_terminal
-from lightning_streamprof.report.findings import Finding, evidence_text
+from lightning_streamprof.report.findings import Finding
 from lightning_streamprof.results import Result
 
 Column = tuple[str, Callable[[Any], Any]]
@@ -89,7 +89,7 @@ def finding_lines(found: Sequence[Finding]) -> list[str]:
     lines = []
     for f in found:
         lines.append(f"  -> [{f.id}] {for_terminal(f.message)}")
-        lines += [f"       {for_terminal(label)}: {for_terminal(evidence_text(ev))}" for label, ev in f.per_trace]
+        lines += [f"       {for_terminal(label)}: {for_terminal(line)}" for label, line in f.per_trace]
     return lines
 
 

@@ -208,8 +208,8 @@ class HostTime(_Result):
     """The training thread inside its steps' host spans, summed over ``steps`` steps (ns).
 
     ``busy_ns``: in operators or CUDA runtime calls; ``sync_wait_ns``: waiting in synchronising CUDA calls;
-    ``launches``: kernel launches; ``loader_workers``: whether the DataLoader reads with worker processes
-    (None: no DataLoader range in the trace).
+    ``launches``: kernel launches (``graph_launches`` of them CUDA graphs'); ``loader_workers``: whether the
+    DataLoader reads with worker processes (None: no DataLoader range in the trace).
     """
 
     steps: int = 0
@@ -218,6 +218,7 @@ class HostTime(_Result):
     sync_wait_ns: int = 0
     launches: int = 0
     loader_workers: bool | None = None
+    graph_launches: int = 0
 
 
 class SyncCause(_Result):
@@ -252,11 +253,13 @@ class PipelineWork(_Result):
 
 
 class Recommendation(_Result):
-    """One finding: a stable ``id``, a message for people and the numbers behind it."""
+    """One finding: a stable ``id``, a message for people, the numbers behind it, and those numbers in a few words
+    (``summary``, the evidence line of each trace where several are merged)."""
 
     id: str
     message: str
     evidence: dict[str, Any] = {}
+    summary: str = ""
 
 
 class Result(_Result):

@@ -36,7 +36,8 @@ def test_loader_with_workers_is_not_told_to_add_workers():
     result = _trace(MULTI, [20, 20, 20])
     (rec,) = _loader(result)
     assert result.host.loader_workers is True
-    assert "already uses worker processes" in rec.message and "num_workers" not in rec.message
+    assert "already reads with worker processes" in rec.message and "num_workers" not in rec.message
+    assert "more workers" not in rec.message.replace("Rather than more workers", "")
 
 
 def test_loader_that_keeps_up_in_most_steps_gets_no_advice():

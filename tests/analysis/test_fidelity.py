@@ -91,3 +91,29 @@ def test_timeline_stops_at_the_profilers_own_span():
     assert (line.end_ns, line.bucket_ns, len(line.starts_ns)) == (200 * US, 10 * US, 20)
     assert line.utilization[5] == line.utilization[6] == 1.0 and sum(line.utilization) == pytest.approx(2.0)
     assert line.sm_efficiency[5] == pytest.approx(0.5)
+
+
+def test_current_tensor_core_kernels_are_tensor_core_kernels():
+    """Our difference 5 from torch-tb-profiler: current cuBLAS/cuDNN/CUTLASS Tensor Core kernels count (its PyProf
+    list names none of nvjet, gmma, tensorop); CUTLASS's SIMT kernels do not."""
+    from lightning_streamprof.analysis.kernels import uses_tensor_cores
+
+    for name in ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n",
+                 "cutlass3x_sm90_tensorop_s64x128x16gemm_bf16_bf16_f32", "void wgmma_kernel<128>",
+                 "flash_fwd_kernel<Flash_fwd_kernel_traits<64>>"):
+        assert uses_tensor_cores(name), name
+    assert not uses_tensor_cores("cutlass_80_simt_sgemm_128x128_8x4_nn_align1")
+    assert not uses_tensor_cores("void at::native::vectorized_elementwise_kernel<4>")
+
+
+def test_tensor_core_share_is_over_all_kernel_time():
+    """Our difference 6: a Tensor Core GEMM of 40 µs launched by aten::mm and a 60 µs kernel linked to no operator
+    (launched outside any operator): tc_share is 40 / 100 over all kernel time (0.4.3: 40 / 40, the kernels
+    operators launched); eligible_share keeps 0.4.3's denominator, 40 / 40."""
+    b = TraceBuilder()
+    b.step(1, 0, 200)
+    b.launch("sm90_xmma_gemm_bf16bf16_bf16f32", 2, 10, 40, b.op("aten::mm", 1, 5))
+    b.launch("elementwise_kernel", 100, 110, 60, 0)
+    tc = tensor_core_use(b.context())
+    assert (tc.kernel_ns, tc.tc_kernel_ns, tc.linked_kernel_ns) == (100 * US, 40 * US, 40 * US)
+    assert tc.tc_share == pytest.approx(0.4) and tc.eligible_share == pytest.approx(1.0)

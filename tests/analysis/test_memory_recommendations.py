@@ -74,7 +74,7 @@ def test_recommendations_on_handbuilt_trace():
     assert rec["low_gpu_utilization"].evidence["devices"] == [1]
     assert rec["memory"].evidence["share"] == pytest.approx(4500 / 4800)
     assert rec["tensor_cores"].evidence["eligible_share"] == pytest.approx(110 / 200)
-    assert "5.6% of the step time" in rec["dataloader"].message
+    assert "5.6% of each step" in rec["dataloader"].message
 
 
 def test_communication_and_pipeline_recommendations():
@@ -127,7 +127,7 @@ def test_json_is_the_schema_encoded():
     assert sum(steps["breakdown_ms"].values()) == pytest.approx(steps["mean_ms"])
     assert [s["step"] for s in steps["per_step"]] == [1, 2, 3]
     assert {"kernels", "operators", "memory", "recommendations", "source_lines", "tensor_cores", "traces"} <= set(out)
-    assert all(set(r) == {"id", "message", "evidence"} for r in out["recommendations"])
+    assert all(set(r) == {"id", "message", "evidence", "summary"} and r["summary"] for r in out["recommendations"])
     assert out["gpu"][0]["utilization"] == pytest.approx(0.64)
     assert out == json.loads(json.dumps(to_builtins(analyze_table(build().table()))))
 

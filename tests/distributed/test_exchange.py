@@ -84,8 +84,9 @@ def test_two_ranks_gather_late_windows_and_agree_on_placement(store, tmp_path):
     # waits long enough for a loaded machine to run the other thread (they end as soon as the answer is there)
     import threading
 
-    other_client = dist.TCPStore("127.0.0.1", store.port, 2, False)  # a rank of its own: its own connection
-    zero, one = aggregator(store, 0, [], timeout=20), aggregator(other_client, 1, [], timeout=20)
+    # each rank its own client of the store, as in a real run (one TCPStore client is not shared by two threads)
+    client = dist.TCPStore("127.0.0.1", store.port, 2, False)
+    zero, one = aggregator(store, 0, [], timeout=20), aggregator(client, 1, [], timeout=20)
     answer = {}
     t = threading.Thread(target=lambda: answer.setdefault(1, one.agree_defer(0, 9)))
     t.start()

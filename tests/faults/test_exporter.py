@@ -1,6 +1,10 @@
 """The exporter's bounded waits: pending windows are abandoned after the time-out without leaving their temporary
 files, and nothing blocks when the profiler is freed."""
 
+import gzip
+import json
+import os
+import sys
 import threading
 import time
 
@@ -56,4 +60,64 @@ def test_release_never_waits_and_pending_work_still_finishes(tmp_path, private_t
     gate.set()
     assert exp.wait(10) and exp.written == 2  # handed-over windows are still written
     assert sorted(p.name for p in tmp_path.glob("w*.gz")) == ["w0.pt.trace.json.gz", "w1.pt.trace.json.gz"]
+    assert leftovers(private_tmp, tmp_path) == []
+
+
+FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "traces",
+                       "frozen_backbone.pt.trace.json.gz")
+
+
+def _device_trace(directory):
+    local = directory / "streamprof-device.pt.trace.json"
+    local.write_bytes(gzip.decompress(open(FIXTURE, "rb").read()))
+    return str(local)
+
+
+def test_a_device_trace_is_gzipped_by_the_worker_not_here(tmp_path, private_tmp, monkeypatch):
+    """The worker returns the trace gzipped with its counter track: the training process's threads do not compress
+    it (here they cannot)."""
+    monkeypatch.setattr(exporter_module, "gzipped_trace",
+                        lambda *a, **k: pytest.fail("gzipped in the training process"))
+    exp = TraceExporter(timeout=60)
+    target = tmp_path / "out" / "w0.pt.trace.json.gz"
+    exp.submit(_device_trace(private_tmp), TraceIdentity(path=str(target), window=0), steps=(0, 1), device_work=True)
+    assert exp.wait(120)
+    exp.close(10)
+    events = json.loads(gzip.decompress(target.read_bytes()))["traceEvents"]
+    assert any(e.get("ph") == "C" for e in events)
+    assert exp.results[0].analysis is not None and exp.problems.drain() == []
+    assert leftovers(private_tmp, tmp_path) == []
+
+
+@pytest.mark.parametrize("behaviour, reason", [
+    ("exit", "analysis worker exited"),
+    ("hang", "did not answer within"),
+    ("garbage", "answer is not a result"),
+    ("short", "analysis worker exited"),
+])
+def test_a_device_trace_is_written_when_the_worker_fails(tmp_path, private_tmp, monkeypatch, behaviour, reason):
+    """A worker that exits, hangs, answers nonsense or sends less of the trace than it said: the trace is gzipped
+    here, without the counter track, and written; one problem names the window and why."""
+    from lightning_streamprof.profiling import worker
+
+    code = {
+        "exit": "import os, sys; sys.stdin.readline(); os._exit(3)",
+        "hang": "import sys, time; sys.stdin.readline(); time.sleep(60)",
+        "garbage": "import sys\nfor line in sys.stdin: print('{\"ok\": 5}', flush=True)",
+        "short": "import sys; sys.stdin.readline(); sys.stdout.write('{\"error\": \"x\", \"gz\": 100}\\nabc'); "
+                 "sys.stdout.flush()",
+    }[behaviour]
+    monkeypatch.setattr(worker.AnalysisWorker, "argv", (sys.executable, "-c", code))
+    real_init = worker.AnalysisWorker.__init__
+    monkeypatch.setattr(worker.AnalysisWorker, "__init__", lambda self, timeout=2.0: real_init(self, timeout))
+    exp = TraceExporter(timeout=60)
+    target = tmp_path / "out" / "w0.pt.trace.json.gz"
+    exp.submit(_device_trace(private_tmp), TraceIdentity(path=str(target), window=0), steps=(0, 1), device_work=True)
+    assert exp.wait(60)
+    exp.close(10)
+    events = json.loads(gzip.decompress(target.read_bytes()))["traceEvents"]
+    assert events and not any(e.get("ph") == "C" for e in events)
+    assert exp.written == 1 and exp.results[0].analysis is None
+    (problem,) = exp.problems.drain()
+    assert problem.startswith("could not analyse window 0: ") and reason in problem
     assert leftovers(private_tmp, tmp_path) == []

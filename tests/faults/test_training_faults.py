@@ -236,7 +236,8 @@ def test_analysis_that_fails(tmp_path, private_tmp, monkeypatch, behaviour, reas
         "garbage": "import sys\nfor line in sys.stdin: print('{\"ok\": 5}', flush=True)",
     }[behaviour]
     monkeypatch.setattr(worker.AnalysisWorker, "argv", (sys.executable, "-c", code))
-    monkeypatch.setattr(worker.AnalysisWorker, "__init__", lambda self, timeout=2.0: _init(self, timeout))
+    real_init = worker.AnalysisWorker.__init__
+    monkeypatch.setattr(worker.AnalysisWorker, "__init__", lambda self, timeout=2.0: real_init(self, timeout))
     prof = profiler(tmp_path / "t")
     with pytest.warns(UserWarning, match=f"could not analyse window 0: .*{reason}"):
         trainer = fit(prof, tmp_path)
@@ -246,12 +247,6 @@ def test_analysis_that_fails(tmp_path, private_tmp, monkeypatch, behaviour, reas
     _windows_listed_are_whole(prof)
     assert "not analysed" in prof.summary()
     assert leftovers(private_tmp, tmp_path / "t") == []
-
-
-def _init(self, timeout):
-    import threading
-
-    self.timeout, self._proc, self._lock = timeout, None, threading.Lock()
 
 
 def test_no_warning_in_a_healthy_run(tmp_path, private_tmp):

@@ -1,0 +1,41 @@
+"""What profiling cost the training run, as the summary, the HTML report and TensorBoard state it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: how the cost is measured, in one sentence's words (the overhead budget's rule, profiling/schedule.py)
+HOW_MEASURED = ("the slowdown of every step over the unprofiled steps' typical time, from a window's first warm-up "
+                "step until its trace is exported and analysed (each step's at most 3x the median of its window's "
+                "steps, so that a stall from elsewhere, such as a slow fetch, is not charged), plus the profiler's "
+                "own time in the training thread")
+
+
+@dataclass(frozen=True)
+class ProfilingCost:
+    """``seconds`` of ``training_seconds`` charged to the profiler over ``windows`` windows; ``end_seconds``: what
+    the end of the stage waited for the last exports and wrote the report (None before the stage ends)."""
+
+    seconds: float
+    training_seconds: float
+    windows: int
+    end_seconds: float | None = None
+
+    @property
+    def fraction(self) -> float:
+        return self.seconds / self.training_seconds if self.training_seconds > 0 else 0.0
+
+    def headline(self) -> str:
+        """``profiling cost 1.3% of the training time (0.41 s of 31.20 s)``."""
+        return (f"profiling cost {100 * self.fraction:.1f}% of the training time ({self.seconds:.2f} s of "
+                f"{self.training_seconds:.2f} s)")
+
+    def sentence(self) -> str:
+        """The cost over its windows with how it was measured, and what the end of the stage took."""
+        windows = f"{self.windows} window{'s' if self.windows != 1 else ''}"
+        text = (f"Profiling cost {100 * self.fraction:.1f}% of the training time ({self.seconds:.2f} s of "
+                f"{self.training_seconds:.2f} s, {windows}): measured as {HOW_MEASURED}.")
+        if self.end_seconds is not None and self.end_seconds >= 0.005:
+            text += (f" The end of the stage took {self.end_seconds:.2f} s more for the last window's export and"
+                     " the report.")
+        return text
