@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any, Callable, Literal
 
 import torch
@@ -66,6 +67,8 @@ class StreamPipeline(Callback):
     datamodule's ``on_after_batch_transfer`` (where Lightning users put GPU augmentation) and ``augment``
     run there, then the frozen calls. The training stream waits for that work with an event and takes the
     memory over with ``record_stream``. The hooks do not run again for that batch on Lightning's normal path.
+    Validation batches inside ``fit`` are staged the same way (on the loop's thread), as long as
+    ``validation_step`` uses their staged outputs.
 
     The frozen calls are found on the first training step: every call of a frozen module (any depth; a
     ``torch.compile`` wrapper included) through ``forward``/``__call__`` or another method of its own
@@ -189,8 +192,12 @@ class StreamPipeline(Callback):
         self._graph_way: str | None = None
         self._warned_silent: set[int] = set()
         self._probe_batch: Any = None
+        self._eval_slots: deque[StagedBatch] = deque()
+        self._eval_exhausted = False
+        self._eval_staging = True  # off once a validation run used none of its staged outputs
         self.staged_batches = 0
         self.serial_batches = 0
+        self.eval_staged_batches = 0
 
     # ------------------------------------------------------------------ set-up
 
@@ -219,8 +226,8 @@ class StreamPipeline(Callback):
         thread = self.mode != "off" and bool(self.staging_thread or (self.staging_thread is None and cuda))
         precision = trainer.precision_plugin
         self._stager = Stager(device, self.pin_memory, thread, convert=precision.convert_input,
-                              before=lambda b: self._hook("on_before_batch_transfer", b, 0),
-                              transfer=lambda b: trainer.strategy.batch_to_device(b, dataloader_idx=0))
+                              before=lambda b, i: self._hook("on_before_batch_transfer", b, i),
+                              transfer=lambda b, i: trainer.strategy.batch_to_device(b, dataloader_idx=i))
         graph = cuda and self.cuda_graph is not False
         self._way = Way(staged=True, thread=thread, graph=graph) if self.mode == "on" else SERIAL
         self._auto = None
@@ -282,7 +289,7 @@ class StreamPipeline(Callback):
         if api.takes_dataloader_iter(fetcher):
             rank_zero_warn("StreamPipeline: a `training_step` that takes `dataloader_iter` is not pipelined.")
             return
-        api.install_staging_fetcher(fetcher, self)
+        api.install_staging_fetcher(fetcher, self.next_batch, self.on_epoch_iter)
         self.on_epoch_iter(fetcher)
         self._not_training()  # the epoch's first fetch may start the loader's workers
 
@@ -306,6 +313,69 @@ class StreamPipeline(Callback):
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.training or trainer.state.fn == "fit":
             self._not_training()
+
+    # ------------------------------------------------------------------ validation inside fit
+
+    @override
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Validation batches are staged like training batches (on the loop's thread: no backward to overlap with),
+        their frozen calls as the training step's, while the pipeline runs a staged way."""
+        fetcher = api.eval_data_fetcher(trainer) if trainer.state.fn == "fit" else None
+        if (fetcher is None or self._stager is None or self._proxies is None or not self._way.staged
+                or not self._eval_staging or api.takes_dataloader_iter(fetcher)):
+            return
+        self._eval_slots.clear()
+        self._eval_exhausted = False
+        self._proxies.evaluating = True
+        api.install_staging_fetcher(fetcher, self.next_eval_batch, lambda f: None)
+
+    @override
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        if self._proxies is not None:
+            self._proxies.serve(None, None)
+
+    @override
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        proxies = self._proxies
+        if proxies is None or not proxies.evaluating:
+            return
+        proxies.evaluating = False
+        fetcher = api.eval_data_fetcher(trainer)
+        if fetcher is not None:
+            api.restore_fetcher(fetcher)
+        self._eval_slots.clear()
+        self._delivered = None
+        if self.eval_staged_batches and not sum(proxies.eval_hits.values()) and self._eval_staging:
+            self._eval_staging = False
+            rank_zero_info("StreamPipeline: `validation_step` used none of the staged outputs; validation batches"
+                           " are not staged from now on.")
+
+    def next_eval_batch(self, fetcher: Any, base_next: Callable[[Any], Any]) -> Any:
+        """Validation batch N for the loop, N+1 staged before it returns (in order, on the loop's thread)."""
+        stager, proxies = self._stager, self._proxies
+        assert stager is not None and proxies is not None
+        if self._eval_slots:
+            with api.fetch_profiled(fetcher):
+                staged = self._eval_slots.popleft()
+        else:
+            item = base_next(fetcher)  # StopIteration ends the run
+            self._eval_exhausted = fetcher.done
+            staged = stager.stage(item)
+        batch = staged.hand_over()
+        self._delivered = batch
+        proxies.serve(batch, staged.run)
+        self.eval_staged_batches += 1
+        if not self._eval_exhausted:
+            try:
+                with api.fetch_unprofiled(fetcher):
+                    item = base_next(fetcher)
+                self._eval_exhausted = fetcher.done
+                self._eval_slots.append(stager.stage(item))
+            except StopIteration:
+                self._eval_exhausted = True
+        fetcher.done = self._eval_exhausted and not self._eval_slots
+        return (batch, *staged.index)
 
     @override
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
@@ -586,6 +656,8 @@ class StreamPipeline(Callback):
             way=None if self.mode == "auto" else self._way, depth=self.depth, staged_batches=self.staged_batches,
             serial_batches=self.serial_batches, program=self._program,
             misses=dict(self._proxies.misses) if self._proxies is not None else None,
+            eval_batches=self.eval_staged_batches,
+            eval_hits=sum(self._proxies.eval_hits.values()) if self._proxies is not None else 0,
             not_staged=self._not_staged, disabled=self._disabled, auto=self._auto, graph_way=self._graph_way))
 
     @property

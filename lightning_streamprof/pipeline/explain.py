@@ -26,6 +26,8 @@ class Facts:
     disabled: str | None = None  # why the pipeline trained serially throughout
     auto: AutoSwitch | None = None
     graph_way: str | None = None  # ``mode="on"``: whether the calls replay a CUDA graph, and why not
+    eval_batches: int = 0  # validation batches staged ahead
+    eval_hits: int = 0  # staged outputs the validation steps used
 
 
 def report(f: Facts) -> str:
@@ -38,6 +40,9 @@ def report(f: Facts) -> str:
     ahead = f" (up to {f.depth} ahead)" if f.depth > 1 else ""
     lines = [f"StreamPipeline ({f.mode}, {where}): {f.staged_batches} batches staged ahead{ahead},"
              f" {f.serial_batches} fetched serially"]
+    if f.eval_batches:
+        lines.append(f"  validation: {f.eval_batches} batches staged before their step, {f.eval_hits} staged outputs"
+                     " used")
     program = f.program
     if program is not None:
         misses = dict(f.misses or {})

@@ -1,7 +1,7 @@
 """Every place StreamPipeline touches Lightning's private API, in one module.
 
-Checked against Lightning 2.6 (``lightning`` 2.6.0-2.6.6): the training loop's data fetcher (its class is
-swapped for a subclass that keeps the next batch staged, and its fetch-profiling calls), the LightningModule's
+Checked against Lightning 2.6 (``lightning`` 2.6.0-2.6.6): the training loop's and the validation loop's data
+fetchers (their class is swapped for a subclass that keeps the next batch staged, and their fetch-profiling calls), the LightningModule's
 batch-hook dispatch (``_call_batch_hook``), the data-hook selector, and the epoch loop's batch progress. On a
 version it does not know, :func:`unsupported_reason` says so and the pipeline trains serially.
 
@@ -44,17 +44,24 @@ def takes_dataloader_iter(fetcher: Any) -> bool:
     return type(fetcher).__name__.endswith("DataLoaderIterDataFetcher")
 
 
-def install_staging_fetcher(fetcher: Any, pipeline: Any) -> None:
-    """Swap the fetcher's class for one whose ``__next__`` is ``pipeline.next_batch(fetcher, base_next)`` and
-    whose ``__iter__`` tells ``pipeline.on_epoch_iter(fetcher)``."""
+def eval_data_fetcher(trainer: Trainer) -> Any:
+    """The fetcher of the validation run inside ``fit`` (made anew for each run)."""
+    return trainer.fit_loop.epoch_loop.val_loop._data_fetcher
+
+
+def install_staging_fetcher(fetcher: Any, next_batch: Callable[[Any, Callable[[Any], Any]], Any],
+                            on_iter: Callable[[Any], None]) -> None:
+    """Swap the fetcher's class for one whose ``__next__`` is ``next_batch(fetcher, base_next)`` and whose
+    ``__iter__`` tells ``on_iter(fetcher)``."""
     fetcher.__class__ = _staging_class(type(fetcher))
-    fetcher._pipeline = pipeline
+    fetcher._stage_next, fetcher._on_iter = next_batch, on_iter
 
 
 def restore_fetcher(fetcher: Any) -> None:
     if getattr(type(fetcher), "_streamprof_staging", False):
         fetcher.__class__ = type(fetcher).__mro__[1]
-    fetcher.__dict__.pop("_pipeline", None)
+    fetcher.__dict__.pop("_stage_next", None)
+    fetcher.__dict__.pop("_on_iter", None)
 
 
 def _staging_class(base: type) -> type:
@@ -64,11 +71,11 @@ def _staging_class(base: type) -> type:
 
         def __iter__(self: Any) -> Any:
             base.__iter__(self)
-            self._pipeline.on_epoch_iter(self)
+            self._on_iter(self)
             return self
 
         def __next__(self: Any) -> Any:
-            return self._pipeline.next_batch(self, base.__next__)
+            return self._stage_next(self, base.__next__)
 
         _CLASSES[base] = type(
             f"Staging{base.__name__}", (base,), {"__iter__": __iter__, "__next__": __next__, "_streamprof_staging": True}

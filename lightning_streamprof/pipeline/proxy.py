@@ -31,6 +31,8 @@ class CallProxies:
     def __init__(self, program: Program) -> None:
         self.program = program
         self.misses: dict[str, int] = defaultdict(int)
+        self.evaluating = False  # serving validation batches (their hits counted apart)
+        self.eval_hits: dict[str, int] = defaultdict(int)
         self._batch: Any = None
         self._run: StagedRun | None = None
         self._pending: set[int] = set()
@@ -79,7 +81,10 @@ class CallProxies:
                 if not self._verified(call, leaves, run, original(*args, **kwargs), out):
                     return _NONE
                 call.verify_left -= 1
-            call.hits += 1
+            if self.evaluating:
+                self.eval_hits[call.label] += 1
+            else:
+                call.hits += 1
             return out
         return _NONE
 

@@ -53,14 +53,14 @@ Slot = StagedBatch | Future | Fetched
 
 class Stager:
     """Prepares one batch at a time: ``convert`` (the precision plugin's input conversion), pinning,
-    ``before(batch)`` (``on_before_batch_transfer``), ``transfer(batch)`` (the strategy's copy, which runs
-    ``on_after_batch_transfer``) and the program's frozen calls, on ``stream`` (no stream on CPU).
+    ``before(batch, dataloader_idx)`` (``on_before_batch_transfer``), ``transfer(batch, dataloader_idx)`` (the
+    strategy's copy, which runs ``on_after_batch_transfer``) and the program's frozen calls, on ``stream`` (no stream on CPU).
 
     A frozen call that fails stops running ahead (with the calls that read its output), with one warning.
     """
 
     def __init__(self, device: torch.device, pin_memory: bool, thread: bool, convert: Callable[[Any], Any],
-                 before: Callable[[Any], Any], transfer: Callable[[Any], Any]) -> None:
+                 before: Callable[[Any, int], Any], transfer: Callable[[Any, int], Any]) -> None:
         self.cuda = device.type == "cuda"
         self.stream = torch.cuda.Stream(device=device) if self.cuda else None
         if self.stream is not None:
@@ -84,7 +84,8 @@ class Stager:
         if self.pin_memory:
             batch = pin(batch)
         with self._side():
-            batch = self.transfer(self.before(batch))
+            loader = item[2] if len(item) > 2 else 0  # the batch's dataloader index (several validation loaders)
+            batch = self.transfer(self.before(batch, loader), loader)
             staged = StagedBatch(batch, index=tuple(item[1:]))
             self._run_program(staged)
             self._mark_ready(staged)

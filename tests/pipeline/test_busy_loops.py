@@ -8,6 +8,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from pipeline_models import BusyNet, TwoLoaderNet, loader
+from torch import nn
 
 from lightning_streamprof import StreamPipeline
 
@@ -56,6 +57,9 @@ def test_busy_loop_pipelined_equals_serial(case, threaded, tmp_path):
         torch.testing.assert_close(t_piped.callback_metrics[key], value)
     [call] = pipe.staged_calls
     assert call.hits == pipe.staged_batches - 1 > 0 and call.mismatch is None
+    if BUSY[case].get("limit_val_batches"):  # validation batches staged too, every staged output used
+        assert pipe.eval_staged_batches > 0 and pipe._proxies.eval_hits["backbone.forward"] == pipe.eval_staged_batches
+        assert f"validation: {pipe.eval_staged_batches} batches staged before their step" in pipe.report()
     if BUSY[case].get("checkpoint"):
         names = sorted(p.name for p in (tmp_path / "piped").iterdir())
         assert names == sorted(p.name for p in (tmp_path / "serial").iterdir()) and names
@@ -125,3 +129,49 @@ def test_auto_leaves_out_the_steps_of_profiler_windows_validation_checkpoints_an
     assert 12 in steps  # the end of the first epoch and the second one's first fetch
     assert {14, 15, 16} <= steps  # the profiler's window (warm-up 1, recorded 2) and its cost tail
     assert pipe._auto.history  # it still decided, on the steps that only trained
+
+
+class ValidatesOtherwise(BusyNet):
+    """``validation_step`` feeds the backbone a flipped image: no staged output matches it."""
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", nn.functional.cross_entropy(self.head(self.backbone(x.flip(-1))), y))
+
+
+def test_validation_that_uses_no_staged_output_stops_being_staged(tmp_path, caplog):
+    serial, piped = ValidatesOtherwise(), ValidatesOtherwise()
+    t_serial = fit(serial, None, tmp_path, val_check_interval=4, limit_val_batches=2)
+    pipe = StreamPipeline(mode="on")
+    t_piped = fit(piped, pipe, tmp_path, val_check_interval=4, limit_val_batches=2)
+    assert_same(piped, serial)
+    torch.testing.assert_close(t_piped.callback_metrics["val_loss"], t_serial.callback_metrics["val_loss"])
+    assert pipe.eval_staged_batches == 2  # the first validation run only
+    assert caplog.text.count("`validation_step` used none of the staged outputs") == 1
+
+
+class TwoValidationLoaders(BusyNet):
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        x, y = batch
+        self.log(f"val_loss_{dataloader_idx}", nn.functional.cross_entropy(self.head(self.backbone(x)), y),
+                 add_dataloader_idx=False)
+
+
+def test_several_validation_loaders_are_staged_with_their_own_hooks(tmp_path):
+    def run(pipe):
+        net = TwoValidationLoaders()
+        trainer = L.Trainer(accelerator="cpu", max_epochs=1, callbacks=[pipe] if pipe else [], logger=False,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                            num_sanity_val_steps=0, val_check_interval=6, limit_val_batches=3)
+        trainer.fit(net, train_dataloaders=loader("sized"),
+                    val_dataloaders=[loader("sized"), loader("sized", batch_size=2)])
+        return net, trainer
+
+    serial, t_serial = run(None)
+    pipe = StreamPipeline(mode="on")
+    piped, t_piped = run(pipe)
+    assert_same(piped, serial)
+    for key in ("val_loss_0", "val_loss_1"):
+        torch.testing.assert_close(t_piped.callback_metrics[key], t_serial.callback_metrics[key])
+    assert pipe.eval_staged_batches == 2 * 2 * 3  # two validation runs of two loaders, three batches each
+    assert pipe._proxies.eval_hits["backbone.forward"] == pipe.eval_staged_batches
