@@ -231,8 +231,8 @@ class StreamPipeline(Callback):
         graph = cuda and self.cuda_graph is not False
         self._way = Way(staged=True, thread=thread, graph=graph) if self.mode == "on" else SERIAL
         self._auto = None
-        watched = self._watched(pl_module)
-        if self.backbone_input is not None:
+        watched = self._watched(pl_module) if self.mode != "off" else []  # "off": nothing is watched or replaced
+        if self.backbone_input is not None and self.mode != "off":
             name, module = watched[0]
             with precision.forward_context():
                 amp = amp_state(device.type)

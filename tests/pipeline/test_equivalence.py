@@ -153,3 +153,10 @@ def test_deeper_staging_equals_serial(case, threaded):
 def test_depth_must_be_positive():
     with pytest.raises(ValueError, match="depth"):
         StreamPipeline(depth=0)
+
+
+def test_mode_off_watches_and_replaces_nothing():
+    net, trainer = run("off", max_epochs=1)
+    pipe = trainer.callbacks[0]
+    assert pipe._probe is None and pipe.staged_calls == [] and pipe.staged_batches == 0
+    assert "forward" not in vars(net.backbone)
