@@ -171,25 +171,6 @@ class Apply(Expr):
         return f"{inner}.{op_name(self.func)}" if inner else op_name(self.func)
 
 
-def steps_of(expr: Expr) -> list[str]:
-    """The operations from the batch to ``expr``, in order (for reports): ``["float", "truediv"]``."""
-    out: list[str] = []
-    while isinstance(expr, Apply):
-        out.append(op_name(expr.func))
-        expr = next((p for p in expr.parents() if p.from_batch), None)  # type: ignore[assignment]
-    return out[::-1]
-
-
-def base_of(expr: Expr) -> Expr:
-    """The batch tensor, user input or staged output an expression starts from."""
-    while isinstance(expr, Apply):
-        nxt = next((p for p in expr.parents() if p.from_batch), None)
-        if nxt is None:
-            return expr
-        expr = nxt
-    return expr
-
-
 @dataclass
 class Env:
     """What an evaluation reads: the staged batch and the outputs of the calls so far; results memoised, and

@@ -20,9 +20,7 @@ from lightning_streamprof.pipeline.derivation import (
     Expr,
     UserInput,
     autocast_as,
-    base_of,
     evaluate,
-    steps_of,
 )
 from lightning_streamprof.pipeline.graph import GraphedForward
 
@@ -82,15 +80,7 @@ class StagedCall:
 
     def derivations(self) -> str:
         """How its arguments are made, for reports: ``batch['image'].float.truediv``."""
-        parts = []
-        for a in self.args:
-            if a.kind == "equal" and a.expr is not None:
-                base = base_of(a.expr)
-                steps = ".".join(steps_of(a.expr))
-                parts.append(f"{base.describe()}.{steps}" if steps and not isinstance(base, Apply) else a.expr.describe())
-            elif a.kind == "same" and a.expr is not None:
-                parts.append(a.expr.describe())
-        return ", ".join(parts)
+        return ", ".join(a.expr.describe() for a in self.args if a.kind in ("equal", "same") and a.expr is not None)
 
 
 class CallFailed(Exception):
