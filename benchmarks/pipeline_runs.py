@@ -66,7 +66,7 @@ CONFIGS = {
     "copy_nopin": {"mode": "on", "backbone": False, "staging_thread": False, "pin_memory": False},
 }
 START = 10  # runs are timed from this step to their end
-ZOO = ("vit", "vitff", "ldm", "ldmsu", "resnet50c", "busy")  # benchmarks/zoo_workloads.py
+ZOO = ("vit", "vitff", "ldm", "ldmsu", "ldmsd", "resnet50c", "busy")  # benchmarks/zoo_workloads.py
 WITH_PROFILER = "+streamprof"  # a configuration with this suffix also runs the default StreamProfiler
 
 

@@ -8,6 +8,9 @@
   (``vae.encode(x).latent_dist.sample() * scaling_factor``) and a frozen CLIP text encoder
   (``text_encoder(input_ids)[0]``) on the batch, noise and timesteps drawn in the step, a trainable
   ``UNet2DConditionModel`` (channels 64, 128; ``ldmsu``: a smaller one, 32, 64);
+- ``ldmsd``: the same step with Stable Diffusion's frozen parts at their own sizes (the VAE of ``sd-vae-ft-mse``:
+  channels 128-512, 8x down, on 256x256 images; the CLIP ViT-L/14 text encoder: 12 layers of 768) and the small
+  trainable UNet (64, 128) on the 32x32 latents: the proportions of fine-tuning a small denoiser on SD's frozen parts;
 - ``resnet50c``: a frozen torchvision ResNet-50 under ``torch.compile`` (inductor), normalised input, linear head;
 - ``busy``: a loop that validates every 100 steps, checkpoints every 200, accumulates 2 batches, clips gradients
   and schedules the learning rate, on a frozen torchvision ResNet-18 and a trainable MLP head.
@@ -91,22 +94,26 @@ class TimmLinearProbe(FrozenParts):
 class LatentDiffusionFineTune(FrozenParts):
     frozen = ("vae", "text_encoder")
 
-    def __init__(self, size: int = 128, unet_channels: tuple[int, int] = (64, 128)) -> None:
+    def __init__(self, size: int = 128, unet_channels: tuple[int, int] = (64, 128), sd_sizes: bool = False) -> None:
         super().__init__()
         from diffusers import AutoencoderKL, UNet2DConditionModel
         from transformers import CLIPTextConfig, CLIPTextModel
 
+        vae_channels = (128, 256, 512, 512) if sd_sizes else (64, 128, 256)
+        width, layers = (768, 12) if sd_sizes else (256, 4)
         self.vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2,
-                                 block_out_channels=(64, 128, 256), norm_num_groups=32,
-                                 down_block_types=("DownEncoderBlock2D",) * 3, up_block_types=("UpDecoderBlock2D",) * 3)
-        self.text_encoder = CLIPTextModel(CLIPTextConfig(hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                                                         num_attention_heads=4, vocab_size=1000,
-                                                         max_position_embeddings=77, bos_token_id=0, eos_token_id=1,
-                                                         pad_token_id=0))
-        self.unet = UNet2DConditionModel(sample_size=size // 4, in_channels=4, out_channels=4, layers_per_block=1,
+                                 block_out_channels=vae_channels, norm_num_groups=32,
+                                 down_block_types=("DownEncoderBlock2D",) * len(vae_channels),
+                                 up_block_types=("UpDecoderBlock2D",) * len(vae_channels))
+        self.text_encoder = CLIPTextModel(CLIPTextConfig(hidden_size=width, intermediate_size=4 * width,
+                                                         num_hidden_layers=layers, num_attention_heads=width // 64,
+                                                         vocab_size=1000, max_position_embeddings=77, bos_token_id=0,
+                                                         eos_token_id=1, pad_token_id=0))
+        latent = size // 2 ** (len(vae_channels) - 1)
+        self.unet = UNet2DConditionModel(sample_size=latent, in_channels=4, out_channels=4, layers_per_block=1,
                                          block_out_channels=unet_channels, norm_num_groups=32, attention_head_dim=8,
                                          down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-                                         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=256)
+                                         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=width)
         self.freeze_parts()
 
     def training_step(self, batch, batch_idx):
@@ -140,10 +147,10 @@ class CompiledResNet(FrozenParts):
 def make(workload: str, length: int, image_size: int | None) -> tuple[L.LightningModule, Dataset]:
     if workload in ("vit", "vitff"):
         return TimmLinearProbe("features" if workload == "vitff" else "forward"), DictImages(length, image_size or 224)
-    if workload in ("ldm", "ldmsu"):
-        size = image_size or 128
+    if workload in ("ldm", "ldmsu", "ldmsd"):
+        size = image_size or (256 if workload == "ldmsd" else 128)
         unet = (32, 64) if workload == "ldmsu" else (64, 128)
-        return LatentDiffusionFineTune(size, unet), DictImages(length, size)
+        return LatentDiffusionFineTune(size, unet, sd_sizes=workload == "ldmsd"), DictImages(length, size)
     if workload == "resnet50c":
         return CompiledResNet(), DictImages(length, image_size or 224)
     if workload == "busy":

@@ -22,13 +22,13 @@ BUSY = {
 }
 
 
-def fit(net, pipe, tmp_path, checkpoint=None, **kwargs):
+def fit(net, pipe, tmp_path, checkpoint=None, accelerator="cpu", **kwargs):
     callbacks = [pipe] if pipe is not None else []
     if checkpoint:
         callbacks.append(ModelCheckpoint(dirpath=tmp_path / ("piped" if pipe else "serial"),
                                          every_n_train_steps=checkpoint, save_top_k=-1))
     kwargs.setdefault("max_epochs", 2)
-    trainer = L.Trainer(accelerator="cpu", devices=1, callbacks=callbacks, logger=False,
+    trainer = L.Trainer(accelerator=accelerator, devices=1, callbacks=callbacks, logger=False,
                         enable_checkpointing=bool(checkpoint), enable_progress_bar=False, enable_model_summary=False,
                         num_sanity_val_steps=0, **kwargs)
     val = loader("sized") if kwargs.get("limit_val_batches") else None
@@ -67,6 +67,22 @@ def test_busy_loop_pipelined_equals_serial(case, threaded, tmp_path):
             a = torch.load(tmp_path / "piped" / name, weights_only=False)["state_dict"]
             b = torch.load(tmp_path / "serial" / name, weights_only=False)["state_dict"]
             assert a.keys() == b.keys() and all(torch.allclose(a[k].float(), b[k].float()) for k in a)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_busy_loop_on_cuda_with_the_graph_equals_serial_and_stages_validation(tmp_path):
+    """Validation, checkpoints, accumulation and clipping on CUDA, the staging thread and the CUDA graph."""
+    options = dict(BUSY["everything"], accelerator="gpu")
+    serial_net, piped_net = BusyNet(), BusyNet()
+    fit(serial_net, None, tmp_path, **options)
+    pipe = StreamPipeline(mode="on")
+    fit(piped_net, pipe, tmp_path, **options)
+    assert_same(piped_net, serial_net)
+    [call] = pipe.staged_calls
+    assert call.hits == pipe.staged_batches - 1 > 0 and call.mismatch is None
+    assert pipe.eval_staged_batches > 0 and pipe._proxies.eval_hits["backbone.forward"] == pipe.eval_staged_batches
+    assert "the staged calls replay a CUDA graph" in pipe.report()
 
 
 def test_two_dataloaders_at_once_stage_both_backbone_calls():
