@@ -124,7 +124,7 @@ class StreamProfiler(Profiler):
         every: Steps between window starts; ``0`` records a single window; ``None`` places windows as
             often as ``max_overhead`` allows.
         repeat: Maximum number of windows, ``0`` for no limit.
-        max_overhead: Budget for the profiler's share of training time (``0.02`` = 2%), or ``None``.
+        max_overhead: Budget for the profiler's share of training time (``0.01`` = 1%, the default), or ``None``.
         record_shapes: Record operator input shapes.
         profile_memory: Record allocations and frees (memory view).
         with_stack: Record Python source locations (hot source lines).
@@ -179,7 +179,7 @@ class StreamProfiler(Profiler):
         active: int = 3,
         every: int | None = None,
         repeat: int = 0,
-        max_overhead: float | None = 0.02,
+        max_overhead: float | None = 0.01,
         record_shapes: bool = False,
         profile_memory: bool = False,
         with_stack: bool = False,
