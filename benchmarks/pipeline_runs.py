@@ -201,6 +201,8 @@ def main() -> None:
                 runs[config].append(res)
                 if res["rank"] == 0:
                     print(f"{item} round {r} {config}: {res['rate']:.1f} steps/s", flush=True)
+            if res["rank"] == 0 and r < args.rounds - 1:  # the rounds so far, in case the call is cut short
+                write(rows + [summarise(item, runs)], args)
         rows.append(summarise(item, runs))
         if rows[-1]["rank"] == 0:
             write(rows, args)
@@ -209,6 +211,7 @@ def main() -> None:
 def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
     rates = {c: [r["rate"] for r in rs] for c, rs in runs.items()}
     row: dict = {"workload": item, "rank": next(iter(runs.values()))[0]["rank"], "rates": rates,
+                 "rounds": min(len(v) for v in rates.values()),
                  "median": {c: statistics.median(v) for c, v in rates.items()}}
     if "serial" in rates:
         row["vs_serial_per_round"] = {c: [a / b for a, b in zip(v, rates["serial"])] for c, v in rates.items()
@@ -229,14 +232,15 @@ def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
 
 
 def write(rows: list[dict], args: argparse.Namespace) -> None:
-    """The table so far (rewritten after each workload, so that a run cut short keeps what it measured)."""
+    """The table so far (rewritten after each round, so that a run cut short keeps the rounds it finished)."""
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "CPU"
     now = datetime.datetime.now(datetime.timezone.utc)
     configs = args.configs.split(",")
     lines = [f"# pipeline_runs ({args.devices} x {device}, {now:%Y-%m-%d})", "",
              f"`python benchmarks/pipeline_runs.py {command_args()}`  ",
              f"torch {torch.__version__}, lightning {L.__version__}; whole runs of {args.steps} steps timed from step"
-             f" {START} (trials and windows included); steps/s per rank, median of {args.rounds} paired rounds;"
+             f" {START} (trials and windows included); steps/s per rank, median of"
+             f" {'/'.join(str(r['rounds']) for r in rows)} paired rounds (of {args.rounds});"
              " `x serial`: median of the per-round ratios", "",
              "| workload | " + " | ".join(configs) + " | " + " | ".join(f"{c} x serial" for c in configs if c != "serial") + " |",
              "| --- | " + " | ".join("---:" for _ in configs) + " | " + " | ".join("---:" for c in configs if c != "serial") + " |"]

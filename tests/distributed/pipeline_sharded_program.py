@@ -91,3 +91,5 @@ if __name__ == "__main__":
                    "report": callbacks[0].report() if callbacks else None,
                    "warnings": [str(w.message) for w in caught if "StreamPipeline" in str(w.message)]}, f)
     print(f"rank {trainer.global_rank} done", flush=True)
+    if torch.distributed.is_initialized():  # gloo's threads left running at exit abort the process now and then
+        torch.distributed.destroy_process_group()
