@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import Profiler
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
@@ -25,7 +25,7 @@ from lightning_streamprof.profiling.profiler_arguments import checked_arguments
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.run_dir import new_run_name
 from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedule
-from lightning_streamprof.profiling.session import Activity, KinetoSession
+from lightning_streamprof.profiling.session import Activity, KinetoSession, cupti_teardown_note
 from lightning_streamprof.profiling.storage import join_path
 from lightning_streamprof.profiling.run_report import (
     moved_notes,
@@ -208,6 +208,7 @@ class StreamProfiler(Profiler):
         self.analyze = analyze
         self.all_threads = all_threads
         self._said_memory_threads = False
+        self._cupti_note: str | None = None  # said once, at the first window that records the device
         if all_threads and profile_memory:
             warnings.warn("StreamProfiler: `all_threads=True` with `profile_memory=True`: torch records no memory"
                           " event in a session of all threads (pytorch/pytorch#166121), so the windows will have no"
@@ -308,7 +309,12 @@ class StreamProfiler(Profiler):
                 if not self._said_memory_threads:
                     self._said_memory_threads = True
                     rank_zero_info(MEMORY_THREADS_NOTE)
-        return KinetoSession(self.activities, all_threads=all_threads, **self.recording_options)
+        session = KinetoSession(self.activities, all_threads=all_threads, **self.recording_options)
+        if session.records_device and self._cupti_note is None:
+            self._cupti_note = cupti_teardown_note() or ""
+            if self._cupti_note:
+                rank_zero_warn(f"StreamProfiler: {self._cupti_note}.")
+        return session
 
     @property
     def in_window(self) -> bool:
@@ -415,6 +421,8 @@ class StreamProfiler(Profiler):
         notes = moved_notes(recorder.moves, exporter.results)
         if self._said_memory_threads:
             notes.append(MEMORY_THREADS_NOTE.removeprefix("StreamProfiler: "))
+        if self._cupti_note:
+            notes.append(self._cupti_note[0].upper() + self._cupti_note[1:] + ".")
         if len(run.windows) < exporter.written:
             notes.append(f"This report holds the last {len(run.windows)} analysed of the {exporter.written} windows "
                          f"written; `streamprof report {recorder.run_dir}` reads them all.")

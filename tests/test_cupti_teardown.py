@@ -1,0 +1,71 @@
+"""Kineto detaches CUPTI after each window that recorded the device (``TEARDOWN_CUPTI=1``) where that is safe, so
+that the kernel launches of the run between windows do not pay CUPTI's callbacks; where it is not, one line says so."""
+
+import pytest
+import torch
+
+from lightning_streamprof.profiling import session
+from lightning_streamprof.profiling.session import cupti_teardown_note, release_cupti_after_windows
+
+CPU, CUDA = torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA
+
+
+@pytest.fixture
+def env(monkeypatch):
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize(("cuda", "expected"), [("13.0", "1"), ("12.6", "1"), ("12.4", None), ("11.8", None)])
+def test_teardown_is_asked_for_on_cuda_from_12_6(env, cuda, expected):
+    env.setattr(session.torch.version, "cuda", cuda)
+    release_cupti_after_windows([CPU, CUDA])
+    assert session.os.environ.get("TEARDOWN_CUPTI") == expected
+    note = cupti_teardown_note()
+    if expected:
+        assert note is None
+    else:
+        assert f"CUDA {cuda} cannot detach CUPTI safely" in note and "TEARDOWN_CUPTI=1" in note
+
+
+def test_a_setting_of_the_environment_is_kept_and_named(env):
+    env.setenv("TEARDOWN_CUPTI", "0")
+    env.setattr(session.torch.version, "cuda", "13.0")
+    release_cupti_after_windows([CPU, CUDA])
+    assert session.os.environ["TEARDOWN_CUPTI"] == "0"
+    assert cupti_teardown_note().startswith("TEARDOWN_CUPTI=0 keeps CUPTI attached after the first window")
+
+
+def test_a_window_without_the_device_leaves_the_environment_alone(env):
+    env.setattr(session.torch.version, "cuda", "13.0")
+    release_cupti_after_windows([CPU])
+    assert "TEARDOWN_CUPTI" not in session.os.environ
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cuda_window_asks_kineto_to_detach_cupti(env, tmp_path):
+    import lightning as L
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from lightning_streamprof import StreamProfiler
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).square().mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    profiler = StreamProfiler(dirpath=str(tmp_path), skip_first=2, warmup=1, active=2)
+    L.Trainer(accelerator="gpu", devices=1, max_steps=12, profiler=profiler, logger=False, enable_checkpointing=False,
+              enable_progress_bar=False, enable_model_summary=False).fit(
+        Tiny(), DataLoader(TensorDataset(torch.randn(96, 8)), batch_size=8))
+    expected = "1" if tuple(int(p) for p in torch.version.cuda.split(".")[:2]) >= (12, 6) else None
+    assert session.os.environ.get("TEARDOWN_CUPTI") == expected
+    assert profiler.windows
