@@ -29,7 +29,10 @@ def machine_line(m: dict) -> str:
 
 
 def code_version() -> str:
-    """The measured checkout's git commit (with a note when it has changes)."""
+    """The measured checkout's git commit (with a note when it has changes); ``STREAMPROF_CODE`` names it where the
+    checkout's git history is not the one measured (a copy of the working tree on another machine)."""
+    if os.environ.get("STREAMPROF_CODE"):
+        return os.environ["STREAMPROF_CODE"]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              timeout=10).stdout.strip()
