@@ -146,8 +146,11 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     if workload == "busy":
         options = zoo_workloads.busy_trainer_options(tempfile.mkdtemp(prefix="ckpt-"))
         callbacks += options.pop("callbacks")
+        # persistent validation workers, as Lightning's hint advises (they started at every validation before,
+        # `pipeline_runs-h200-busy-val-20261201`: ~40% of the serial run with the checkpoints)
         val = DataLoader(zoo_workloads.DictImages(batch * 10, args.image_size or 224), batch_size=batch,
-                         num_workers=args.workers)
+                         num_workers=args.workers, pin_memory=torch.cuda.is_available(),
+                         persistent_workers=args.workers > 0)
     trainer = L.Trainer(max_steps=args.steps, accelerator=args.accelerator, devices=args.devices,
                         strategy="ddp" if args.devices > 1 else "auto", precision=PRECISIONS[precision],
                         callbacks=callbacks, logger=False, profiler=profiler, enable_progress_bar=False,

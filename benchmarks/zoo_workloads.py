@@ -13,7 +13,8 @@
   trainable UNet (64, 128) on the 32x32 latents: the proportions of fine-tuning a small denoiser on SD's frozen parts;
 - ``resnet50c``: a frozen torchvision ResNet-50 under ``torch.compile`` (inductor), normalised input, linear head;
 - ``busy``: a loop that validates every 100 steps, checkpoints every 200, accumulates 2 batches, clips gradients
-  and schedules the learning rate, on a frozen torchvision ResNet-18 and a trainable MLP head.
+  and schedules the learning rate, on a frozen torchvision ResNet-18 and a trainable MLP head (``pipeline_runs.py``
+  gives it a validation loader with persistent workers, as Lightning's hint advises).
 
 Data lives in a pool of host tensors (no loader work), so that the step is what is measured.
 """
