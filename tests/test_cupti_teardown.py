@@ -36,6 +36,12 @@ def test_a_setting_of_the_environment_is_kept_and_named(env):
     assert cupti_teardown_note().startswith("TEARDOWN_CUPTI=0 keeps CUPTI attached after the first window")
 
 
+def test_a_build_without_cuda_has_no_cupti_to_detach_and_nothing_to_say(env):
+    env.setattr(session.torch.version, "cuda", None)  # CPU-only or ROCm builds
+    release_cupti_after_windows([CPU, CUDA])
+    assert "TEARDOWN_CUPTI" not in session.os.environ and cupti_teardown_note() is None
+
+
 def test_a_window_without_the_device_leaves_the_environment_alone(env):
     env.setattr(session.torch.version, "cuda", "13.0")
     release_cupti_after_windows([CPU])
@@ -69,3 +75,44 @@ def test_a_cuda_window_asks_kineto_to_detach_cupti(env, tmp_path):
     expected = "1" if tuple(int(p) for p in torch.version.cuda.split(".")[:2]) >= (12, 6) else None
     assert session.os.environ.get("TEARDOWN_CUPTI") == expected
     assert profiler.windows
+
+
+def test_a_run_where_cupti_stays_attached_says_so_once_and_in_its_report(env, tmp_path):
+    """On CUDA before 12.6 (here: pretended) the first window that records the device warns once, and the HTML
+    report carries the same note."""
+    import lightning as L
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from lightning_streamprof import StreamProfiler
+    from lightning_streamprof.profiling import profiler as profiler_module
+
+    class DeviceSession(profiler_module.KinetoSession):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.records_device = True  # as a CUDA window's session is (the trace itself is a CPU one here)
+
+    env.setattr(profiler_module, "KinetoSession", DeviceSession)
+    env.setattr(session.torch.version, "cuda", "12.4")
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).square().mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    profiler = StreamProfiler(dirpath=str(tmp_path), skip_first=2, warmup=1, active=2, every=4, repeat=2,
+                              max_overhead=None)
+    with pytest.warns(UserWarning, match="CUDA 12.4 cannot detach CUPTI safely") as caught:
+        L.Trainer(accelerator="cpu", max_steps=14, profiler=profiler, logger=False, enable_checkpointing=False,
+                  enable_progress_bar=False, enable_model_summary=False).fit(
+            Tiny(), DataLoader(TensorDataset(torch.randn(112, 8)), batch_size=8))
+    assert sum("cannot detach CUPTI" in str(w.message) for w in caught) == 1  # two windows, one warning
+    assert "TEARDOWN_CUPTI" not in session.os.environ
+    report = (next(tmp_path.glob("fit-*")) / "report.html").read_text()
+    assert "CUDA 12.4 cannot detach CUPTI safely" in report

@@ -186,7 +186,7 @@ def cupti_teardown_note() -> str | None:
     """Why CUPTI stays attached to the process after a window (kernel launches then pay its callbacks for the rest
     of the run), or ``None`` when each window detaches it."""
     setting = os.environ.get("TEARDOWN_CUPTI")
-    if setting == "1":
+    if setting == "1" or not torch.version.cuda:  # detached, or no CUPTI (ROCm's tracer is another)
         return None
     if setting is not None:
         return (f"TEARDOWN_CUPTI={setting} keeps CUPTI attached after the first window: every kernel launch of the "
@@ -203,9 +203,10 @@ def release_cupti_after_windows(kinds: Sequence[Any]) -> None:
     launch of the run that follows: 5% of each step of a launch-bound ViT linear probe on an H200 between windows.
     Left as it is when the environment sets it, and on CUDA before 12.6, where a teardown next to CUDA graphs
     crashes (torch's own rule)."""
-    if "TEARDOWN_CUPTI" in os.environ or not any(k == torch.profiler.ProfilerActivity.CUDA for k in kinds):
+    if ("TEARDOWN_CUPTI" in os.environ or not torch.version.cuda
+            or not any(k == torch.profiler.ProfilerActivity.CUDA for k in kinds)):
         return
-    version = tuple(int(part) for part in (torch.version.cuda or "0.0").split(".")[:2])
+    version = tuple(int(part) for part in torch.version.cuda.split(".")[:2])
     if version >= CUPTI_TEARDOWN_SAFE_FROM:
         os.environ["TEARDOWN_CUPTI"] = "1"
 
