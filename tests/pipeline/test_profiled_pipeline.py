@@ -86,3 +86,42 @@ def test_memory_peak_on_cuda_with_the_pipeline_equals_the_allocators(tmp_path, t
     assert peak.peak is not None and abs(gpu.peak_allocated_bytes - peak.peak) <= 2**20, (gpu.peak_allocated_bytes,
                                                                                           peak.peak)
     assert len(gpu.curve) > 10 and pipe.staged_calls[0].hits > 30
+
+
+@pytest.mark.gpu
+def test_many_windows_beside_the_staging_thread_and_the_graph_detach_cupti_each_time(tmp_path):
+    """CUPTI detached after each of 8 windows (``TEARDOWN_CUPTI=1``) and set up again for the next, while the staging
+    thread replays the frozen calls' CUDA graph: every window is written with the device's kernels in it, training
+    goes on, equal to serial."""
+    import os
+
+    import torch
+    from test_gpu import Resident
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x = torch.randint(0, 255, (64, 3, 64, 64), dtype=torch.uint8)
+    y = torch.randint(0, 4, (64, 64, 64))
+
+    def fit(pipe, profiler):
+        torch.manual_seed(0)
+        net = Resident()
+        L.Trainer(accelerator="gpu", devices=1, max_steps=90, callbacks=[pipe] if pipe else [], profiler=profiler,
+                  logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                  enable_model_summary=False).fit(net, DataLoader(TensorDataset(x, y), batch_size=8))
+        return net
+
+    serial = fit(None, None)
+    profiler = StreamProfiler(dirpath=str(tmp_path), skip_first=5, warmup=1, active=2, every=10, repeat=8,
+                              max_overhead=None)
+    pipe = StreamPipeline(mode="on")
+    piped = fit(pipe, profiler)
+    if tuple(int(p) for p in torch.version.cuda.split(".")[:2]) >= (12, 6):
+        assert os.environ.get("TEARDOWN_CUPTI") == "1"
+    traces = sorted(glob.glob(str(tmp_path / "**" / "*.pt.trace.json.gz"), recursive=True))
+    assert len(profiler.windows) == len(traces) == 8
+    for path in traces:  # CUPTI set up again records the device in every window
+        events = json.load(gzip.open(path))["traceEvents"]
+        assert sum(e.get("cat") == "kernel" for e in events) > 10, path
+    assert "the staged calls replay a CUDA graph" in pipe.report() and pipe.staged_calls[0].hits > 60
+    for a, b in zip(piped.head.parameters(), serial.head.parameters()):
+        torch.testing.assert_close(a, b)
