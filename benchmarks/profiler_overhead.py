@@ -17,7 +17,8 @@ Each run is one line of ``<out>/profiler_overhead-<tag>.jsonl``, written as it e
 version with it); ``<out>/profiler_overhead-<tag>.md`` is rewritten after each. A later call with the same file
 (``--resume FILE`` copies one in first) adds the rounds still missing, so rounds spread over several calls of a
 time-limited machine add up: ``--time-limit`` starts a round's runs of a workload only when all of them should end
-in time (each run expected to take as long as its configuration's last run).
+in time (each run expected to take as long as its configuration's last run), and a round that would not fit leaves
+the time to a later, smaller one.
 
 The table gives, per workload and configuration, the median steps/s, the median of the per-round ratios to no
 profiler (each round's run against that round's run without a profiler) with their spread, the same for the whole fit
@@ -231,25 +232,31 @@ def main(argv: list[str] | None = None) -> None:
     took: dict[tuple[str, str], float] = {}
     for r in rows:
         took[(r["workload"], r["config"])] = r.get("wall_s", 0.0)
-    group = None
-    for rnd, spec, config in todo:
-        if (rnd, spec) != group:  # a round's runs of one workload start only when all of them fit in the time left
-            group = (rnd, spec)
-            expected = sum(took.get((workload_key(*spec), c), 60.0) for r, w, c in todo if (r, w) == group)
-            if args.time_limit is not None and time.perf_counter() - started + expected > args.time_limit:
-                print(f"profiler_overhead: time limit; stopped before round {rnd} of {workload_key(*spec)}",
-                      flush=True)
-                break
-        row = run_one(rnd, spec, config, args, args.run_timeout)
-        row.update(date=now(), device=device, machine=meta["machine"], command=meta["command"], code=meta["code"])
-        took[(row["workload"], config)] = row["wall_s"]
-        rows.append(row)
-        with open(path, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        print(json.dumps({k: row.get(k) for k in ("round", "workload", "config", "rate", "stated_fraction",
-                                                  "windows", "wall_s", "error")}), flush=True)
-        with open(path.removesuffix(".jsonl") + ".md", "w") as f:
-            f.write(render(rows, summarise(rows), meta))
+    groups: dict[tuple[int, tuple[str, int, str]], list[str]] = {}
+    for rnd, spec, config in todo:  # a round's runs of one workload go together, in their order
+        groups.setdefault((rnd, spec), []).append(config)
+    skipped = []
+    for (rnd, spec), configs in groups.items():
+        # a group starts only when all of its runs should end in time; one that would not leaves the time to a
+        # later, smaller one (a round without the extra configurations), and a later call to itself
+        expected = sum(took.get((workload_key(*spec), c), 60.0) for c in configs)
+        if args.time_limit is not None and time.perf_counter() - started + expected > args.time_limit:
+            skipped.append(f"round {rnd} of {workload_key(*spec)} ({expected:.0f} s expected)")
+            continue
+        for config in configs:
+            row = run_one(rnd, spec, config, args, args.run_timeout)
+            row.update(date=now(), device=device, machine=meta["machine"], command=meta["command"],
+                       code=meta["code"])
+            took[(row["workload"], config)] = row["wall_s"]
+            rows.append(row)
+            with open(path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps({k: row.get(k) for k in ("round", "workload", "config", "rate", "stated_fraction",
+                                                      "windows", "wall_s", "error")}), flush=True)
+            with open(path.removesuffix(".jsonl") + ".md", "w") as f:
+                f.write(render(rows, summarise(rows), meta))
+    if skipped:
+        print(f"profiler_overhead: time limit; left for a later call: {', '.join(skipped)}", flush=True)
     text = render(rows, summarise(rows), meta)
     with open(path.removesuffix(".jsonl") + ".md", "w") as f:
         f.write(text)
