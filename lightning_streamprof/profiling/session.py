@@ -188,6 +188,8 @@ def cupti_teardown_note() -> str | None:
     setting = os.environ.get("TEARDOWN_CUPTI")
     if setting == "1" or not torch.version.cuda:  # detached, or no CUPTI (ROCm's tracer is another)
         return None
+    if setting is None and _cuda_version() >= CUPTI_TEARDOWN_SAFE_FROM:  # detached at the first device window
+        return None
     if setting is not None:
         return (f"TEARDOWN_CUPTI={setting} keeps CUPTI attached after the first window: every kernel launch of the "
                 "rest of the run pays its callbacks (a few percent of a launch-bound step)")
@@ -206,9 +208,13 @@ def release_cupti_after_windows(kinds: Sequence[Any]) -> None:
     if ("TEARDOWN_CUPTI" in os.environ or not torch.version.cuda
             or not any(k == torch.profiler.ProfilerActivity.CUDA for k in kinds)):
         return
-    version = tuple(int(part) for part in torch.version.cuda.split(".")[:2])
-    if version >= CUPTI_TEARDOWN_SAFE_FROM:
+    if _cuda_version() >= CUPTI_TEARDOWN_SAFE_FROM:
         os.environ["TEARDOWN_CUPTI"] = "1"
+
+
+def _cuda_version() -> tuple[int, ...]:
+    """The CUDA runtime torch was built with, ``(major, minor)``."""
+    return tuple(int(part) for part in torch.version.cuda.split(".")[:2])
 
 
 def _check_complete(path: str) -> None:
