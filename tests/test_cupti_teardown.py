@@ -51,27 +51,12 @@ def test_a_window_without_the_device_leaves_the_environment_alone(env):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_a_cuda_window_asks_kineto_to_detach_cupti(env, tmp_path):
-    import lightning as L
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
+    from helpers import fit
 
     from lightning_streamprof import StreamProfiler
 
-    class Tiny(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Linear(8, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.net(batch[0]).square().mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     profiler = StreamProfiler(dirpath=str(tmp_path), skip_first=2, warmup=1, active=2)
-    L.Trainer(accelerator="gpu", devices=1, max_steps=12, profiler=profiler, logger=False, enable_checkpointing=False,
-              enable_progress_bar=False, enable_model_summary=False).fit(
-        Tiny(), DataLoader(TensorDataset(torch.randn(96, 8)), batch_size=8))
+    fit(profiler, tmp_path, max_steps=12, accelerator="gpu")
     expected = "1" if tuple(int(p) for p in torch.version.cuda.split(".")[:2]) >= (12, 6) else None
     assert session.os.environ.get("TEARDOWN_CUPTI") == expected
     assert profiler.windows
@@ -80,9 +65,7 @@ def test_a_cuda_window_asks_kineto_to_detach_cupti(env, tmp_path):
 def test_a_run_where_cupti_stays_attached_says_so_once_and_in_its_report(env, tmp_path):
     """On CUDA before 12.6 (here: pretended) the first window that records the device warns once, and the HTML
     report carries the same note."""
-    import lightning as L
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
+    from helpers import fit
 
     from lightning_streamprof import StreamProfiler
     from lightning_streamprof.profiling import profiler as profiler_module
@@ -95,23 +78,10 @@ def test_a_run_where_cupti_stays_attached_says_so_once_and_in_its_report(env, tm
     env.setattr(profiler_module, "KinetoSession", DeviceSession)
     env.setattr(session.torch.version, "cuda", "12.4")
 
-    class Tiny(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Linear(8, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.net(batch[0]).square().mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     profiler = StreamProfiler(dirpath=str(tmp_path), skip_first=2, warmup=1, active=2, every=4, repeat=2,
                               max_overhead=None)
     with pytest.warns(UserWarning, match="CUDA 12.4 cannot detach CUPTI safely") as caught:
-        L.Trainer(accelerator="cpu", max_steps=14, profiler=profiler, logger=False, enable_checkpointing=False,
-                  enable_progress_bar=False, enable_model_summary=False).fit(
-            Tiny(), DataLoader(TensorDataset(torch.randn(112, 8)), batch_size=8))
+        fit(profiler, tmp_path, max_steps=14)
     assert sum("cannot detach CUPTI" in str(w.message) for w in caught) == 1  # two windows, one warning
     assert "TEARDOWN_CUPTI" not in session.os.environ
     report = (next(tmp_path.glob("fit-*")) / "report.html").read_text()

@@ -21,6 +21,7 @@ from typing_extensions import override
 
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
 from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
+from lightning_streamprof.profiling.loop_time import LoopTime, validation_loaders
 from lightning_streamprof.profiling.profiler_arguments import checked_arguments
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.run_dir import new_run_name
@@ -225,6 +226,7 @@ class StreamProfiler(Profiler):
         self._last_exporter: TraceExporter | None = None  # the closed stage's, for `windows` and `summary`
         self._recorder: WindowRecorder | None = None
         self._step_suffix = "\0never"
+        self._loop_time: LoopTime | None = None  # the fit's validation runs and checkpoints
         self._global_rank = 0
         self._failed = False
         self._reported: str | None = None
@@ -244,6 +246,7 @@ class StreamProfiler(Profiler):
         self._reported = self._report_path = self._run = None
         self._end_seconds = None
         self._step_suffix = _STEP_ACTIONS.get(stage, "\0never")
+        self._loop_time = LoopTime() if stage == "fit" else None
         trainer = self._trainer()
         rank = int(getattr(trainer, "global_rank", 0)) if trainer is not None else 0
         world_size = int(getattr(trainer, "world_size", 1)) if trainer is not None else 1
@@ -425,6 +428,7 @@ class StreamProfiler(Profiler):
             notes.append(MEMORY_THREADS_NOTE.removeprefix("StreamProfiler: "))
         if self._cupti_note:
             notes.append(self._cupti_note[0].upper() + self._cupti_note[1:] + ".")
+        notes += self._loop_lines()
         if len(run.windows) < exporter.written:
             notes.append(f"This report holds the last {len(run.windows)} analysed of the {exporter.written} windows "
                          f"written; `streamprof report {recorder.run_dir}` reads them all.")
@@ -481,6 +485,8 @@ class StreamProfiler(Profiler):
 
     @override
     def start(self, action_name: str) -> None:
+        if self._loop_time is not None:
+            self._loop_time.start(action_name)
         recorder = self._recorder
         if recorder is None:
             return
@@ -498,6 +504,8 @@ class StreamProfiler(Profiler):
 
     @override
     def stop(self, action_name: str) -> None:
+        if self._loop_time is not None:
+            self._loop_time.stop(action_name)
         recorder = self._recorder
         if recorder is not None and recorder.watching:
             recorder.close_range(action_name)
@@ -567,10 +575,11 @@ class StreamProfiler(Profiler):
         exporter = self._exporter or self._last_exporter
         problems = [f"StreamProfiler: {line}" for line in exporter.problems.lines()] if exporter is not None else []
         reports = [cb.report() for cb in self._staging_callbacks()]
+        loop = self._loop_lines()
         if not results:
-            return "\n".join(["StreamProfiler: no window was recorded.", *problems, *reports])
+            return "\n".join(["StreamProfiler: no window was recorded.", *problems, *loop, *reports])
         recorder = self._recorder
-        footer = [*problems]
+        footer = [*problems, *loop]
         if self.distributed:
             from lightning_streamprof.report.text import render_distributed
 
@@ -582,6 +591,16 @@ class StreamProfiler(Profiler):
         return render_windows(results, rank=self._global_rank, cost=self.cost,
                               row_limit=self.row_limit, total=total, shown=_SUMMARY_WINDOWS, run=self._run,
                               moves=recorder.moves if recorder else None, footer=footer)
+
+    def _loop_lines(self) -> list[str]:
+        """What the fit spent outside its training steps (validation, checkpoints), with the advice it calls for."""
+        loop = getattr(self, "_loop_time", None)
+        if loop is None:
+            return []
+        try:
+            return loop.lines(validation_loaders(self._trainer()))
+        except Exception:  # noqa: BLE001 - a summary line must not end the run
+            return []
 
     def _log_dirs(self) -> list[str]:
         """The directories of the Trainer's TensorBoard loggers (for ``tensorboard --logdir``)."""
