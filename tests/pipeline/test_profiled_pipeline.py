@@ -94,6 +94,7 @@ def test_many_windows_beside_the_staging_thread_and_the_graph_detach_cupti_each_
     thread replays the frozen calls' CUDA graph: every window is written with the device's kernels in it, training
     goes on, equal to serial."""
     import os
+    import time
 
     import torch
     from test_gpu import Resident
@@ -114,7 +115,10 @@ def test_many_windows_beside_the_staging_thread_and_the_graph_detach_cupti_each_
     profiler = StreamProfiler(dirpath=str(tmp_path), skip_first=5, warmup=1, active=2, every=10, repeat=8,
                               max_overhead=None)
     pipe = StreamPipeline(mode="on")
+    started = time.perf_counter()
     piped = fit(pipe, profiler)
+    # a window that waited for the previous one's CUPTI teardown would stall up to Kineto's 10 s each
+    assert time.perf_counter() - started < 60
     if tuple(int(p) for p in torch.version.cuda.split(".")[:2]) >= (12, 6):
         assert os.environ.get("TEARDOWN_CUPTI") == "1"
     traces = sorted(glob.glob(str(tmp_path / "**" / "*.pt.trace.json.gz"), recursive=True))
