@@ -104,4 +104,5 @@ def test_a_fit_that_validates_and_checkpoints_says_what_they_took(tmp_path, pers
     # two worker processes started four times against once: the start-ups of this tiny fit are most of it
     assert ("starts its 2 worker processes again at every run" in summary) is not persistent
     report = (next((tmp_path / "prof").glob("fit-*")) / "report.html").read_text()
-    assert "Validation: 4 runs," in report and "Checkpoints: 2 saves," in report
+    assert '<p class="note">Validation: 4 runs,' in report and '<p class="note">Checkpoints: 2 saves,' in report
+    assert ('<p class="note warn">The validation loader starts its 2 worker processes' in report) is not persistent

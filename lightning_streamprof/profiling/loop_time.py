@@ -78,10 +78,15 @@ class LoopTime:
             self._val_start, self._awaiting_first = None, False
 
     def lines(self, loaders: list[Any]) -> list[str]:
-        """What the fit spent outside training, as a share of its :attr:`span`, and the validation loader's advice
-        (``loaders``: the validation dataloaders)."""
+        """What the fit spent outside training, as a share of its :attr:`span`, with the validation loader's advice
+        after the validation line (``loaders``: the validation dataloaders)."""
+        facts, advice = self.facts(), self.advice(loaders)
+        return facts[:1] + advice + facts[1:] if self.validation_s else facts
+
+    def facts(self) -> list[str]:
+        """A line for the validation runs and one for the checkpoint saves (those the fit had)."""
         fit_seconds = self.span
-        if fit_seconds <= 0 or not (self.validation_s or self.checkpoint_s):
+        if fit_seconds <= 0:
             return []
         out = []
         if self.validation_s:
@@ -93,18 +98,22 @@ class LoopTime:
                 text += (f"; each waited {first * 1e3:.0f} ms (median) for its first batch, against {later * 1e3:.1f}"
                          " ms for the others")
             out.append(text + ".")
-            advice = self._startup_advice(fit_seconds, loaders)
-            if advice:
-                out.append(advice)
         if self.checkpoint_s:
             total = sum(self.checkpoint_s)
             out.append(f"Checkpoints: {len(self.checkpoint_s)} saves, {total:.2f} s ({total / fit_seconds:.1%} of the "
                        f"fit; {statistics.median(self.checkpoint_s) * 1e3:.0f} ms each, median).")
         return out
 
+    def advice(self, loaders: list[Any]) -> list[str]:
+        """``persistent_workers=True`` where validation loaders start their workers again at every run and the
+        start-ups, less a usual fetch, take ``STARTUP_SHARE`` of the fit or more."""
+        fit_seconds = self.span
+        if fit_seconds <= 0:
+            return []
+        advice = self._startup_advice(fit_seconds, loaders)
+        return [advice] if advice else []
+
     def _startup_advice(self, fit_seconds: float, loaders: list[Any]) -> str | None:
-        """``persistent_workers=True`` where validation loaders start their workers every run and the start-ups,
-        less a usual fetch, take ``STARTUP_SHARE`` of the fit or more."""
         restarting = [d for d in loaders if getattr(d, "num_workers", 0) > 0 and not getattr(d, "persistent_workers",
                                                                                               True)]
         if not restarting or not self.startup_s:

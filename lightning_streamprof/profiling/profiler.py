@@ -428,7 +428,7 @@ class StreamProfiler(Profiler):
             notes.append(MEMORY_THREADS_NOTE.removeprefix("StreamProfiler: "))
         if self._cupti_note:
             notes.append(self._cupti_note[0].upper() + self._cupti_note[1:] + ".")
-        notes += self._loop_lines()
+        notes += self._loop_lines("advice")
         if len(run.windows) < exporter.written:
             notes.append(f"This report holds the last {len(run.windows)} analysed of the {exporter.written} windows "
                          f"written; `streamprof report {recorder.run_dir}` reads them all.")
@@ -436,7 +436,7 @@ class StreamProfiler(Profiler):
             run, found_notes = with_other_ranks(run, exporter.results, recorder.world_size, self.timeout)
             notes += found_notes
         self._report_path = write_run_files(recorder.run_dir, run, pipeline_text=text or None, notes=notes,
-                                            cost=self.cost)
+                                            cost=self.cost, outside=self._loop_lines("facts"))
         self._run = run
 
     def _warn_problems(self, exporter: TraceExporter | None = None) -> None:
@@ -592,13 +592,14 @@ class StreamProfiler(Profiler):
                               row_limit=self.row_limit, total=total, shown=_SUMMARY_WINDOWS, run=self._run,
                               moves=recorder.moves if recorder else None, footer=footer)
 
-    def _loop_lines(self) -> list[str]:
-        """What the fit spent outside its training steps (validation, checkpoints), with the advice it calls for."""
+    def _loop_lines(self, part: str = "lines") -> list[str]:
+        """What the fit spent outside its training steps (validation, checkpoints), with the advice it calls for
+        (``part``: ``"lines"`` both, ``"facts"`` or ``"advice"`` alone)."""
         loop = getattr(self, "_loop_time", None)
         if loop is None:
             return []
         try:
-            return loop.lines(validation_loaders(self._trainer()))
+            return loop.facts() if part == "facts" else getattr(loop, part)(validation_loaders(self._trainer()))
         except Exception:  # noqa: BLE001 - a summary line must not end the run
             return []
 

@@ -99,9 +99,10 @@ def _write(path: str, text: str) -> None:
 
 
 def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None, notes: Sequence[str],
-                    cost: ProfilingCost | None = None) -> str | None:
+                    cost: ProfilingCost | None = None, outside: Sequence[str] = ()) -> str | None:
     """Write ``report.html`` (and StreamPipeline's report, when there is one) in ``run_dir``; returns the
-    report's path, or None (with a warning) when it could not be written."""
+    report's path, or None (with a warning) when it could not be written. ``outside``: what the fit spent outside
+    its training steps."""
     from lightning_streamprof.report.html import render_report
 
     path = join_path(run_dir, names.REPORT_FILE)
@@ -109,7 +110,7 @@ def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None,
         if pipeline_text:
             _write(join_path(run_dir, names.PIPELINE_NOTES_FILE), pipeline_text + "\n")
         _write(path, render_report([run], run_dir, pipeline={run.run: pipeline_text} if pipeline_text else None,
-                                   notes=notes, cost=cost))
+                                   notes=notes, cost=cost, outside=outside))
     except Exception as err:  # noqa: BLE001 - the run is over; a missing report is a warning
         warnings.warn(f"StreamProfiler: could not write the HTML report {path}: {err}", stacklevel=2)
         return None

@@ -62,7 +62,8 @@ def peak_memory(result: Result) -> tuple[int | None, int | None, str]:
     return top.peak_allocated_bytes, top.total_memory, top.device
 
 
-def _overview(result: Result, notes: Sequence[str], cost: ProfilingCost | None = None) -> str:
+def _overview(result: Result, notes: Sequence[str], cost: ProfilingCost | None = None,
+              outside: Sequence[str] = ()) -> str:
     util, sm, occ = gpu_overview(result)
     peak, total, device = peak_memory(result)
     steps = result.steps
@@ -80,6 +81,7 @@ def _overview(result: Result, notes: Sequence[str], cost: ProfilingCost | None =
         items.append(("Profiling cost", f"{100 * cost.fraction:.1f}%",
                       f"of the training time: {cost.seconds:.2f} s of {cost.training_seconds:.2f} s"))
     extra = f'<p class="note">{escape(cost.sentence())}</p>' if cost is not None else ""
+    extra += "".join(f'<p class="note">{escape(n)}</p>' for n in outside)
     extra += "".join(f'<p class="note warn">{escape(n)}</p>' for n in notes)
     return cards(items) + extra
 
@@ -254,12 +256,13 @@ def _traces(result: Result) -> str:
 
 
 def run_sections(run: RunResults, *, pipeline_text: str | None = None, notes: Sequence[str] = (),
-                 prefix: str = "", cost: ProfilingCost | None = None) -> list[tuple[str, str, str]]:
+                 prefix: str = "", cost: ProfilingCost | None = None,
+                 outside: Sequence[str] = ()) -> list[tuple[str, str, str]]:
     """The sections of one run: ``(anchor, heading, HTML)``."""
     r = run.merged
     p = f"{prefix}-" if prefix else ""
     return [
-        (f"{p}overview", "Overview", _overview(r, notes, cost)),
+        (f"{p}overview", "Overview", _overview(r, notes, cost, outside)),
         (f"{p}breakdown", "Step breakdown", _breakdown(run)),
         (f"{p}gpu", "GPU utilization", _gpu_timelines(r)),
         (f"{p}kernels", "Kernels", _kernels(r)),
@@ -273,14 +276,14 @@ def run_sections(run: RunResults, *, pipeline_text: str | None = None, notes: Se
 
 
 def render_report(runs: Sequence[RunResults], source: str = "", *, pipeline: Mapping[str | None, str] | None = None,
-                  notes: Sequence[str] = (), cost: ProfilingCost | None = None) -> str:
+                  notes: Sequence[str] = (), cost: ProfilingCost | None = None, outside: Sequence[str] = ()) -> str:
     """The whole HTML document for ``runs`` (each run's sections in turn); ``pipeline`` holds StreamPipeline's
     report of each run, ``notes`` lines for the overview (e.g. windows the overhead budget moved), ``cost`` what
-    profiling cost the run (the profiler's own report)."""
+    profiling cost the run and ``outside`` what it spent outside its training steps (the profiler's own report)."""
     sections: list[tuple[str, str, str]] = []
     for i, run in enumerate(runs):
         body = run_sections(run, pipeline_text=(pipeline or {}).get(run.run), notes=notes,
-                            prefix=f"run{i}" if len(runs) > 1 else "", cost=cost)
+                            prefix=f"run{i}" if len(runs) > 1 else "", cost=cost, outside=outside)
         if len(runs) > 1:
             body = [(a, f"{run.run} · {h}", html) for a, h, html in body]
         sections += body
