@@ -9,6 +9,7 @@ import pytest
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.schedule import OverheadBudget, StepBaseline, WindowSchedule
 from lightning_streamprof.profiling.session import KinetoSession
+from lightning_streamprof.report.cost import ProfilingCost
 
 BASE = 0.100  # seconds per unprofiled step
 
@@ -206,3 +207,24 @@ def test_baseline_is_robust():
     location, spread = baseline.stats
     assert spread == pytest.approx(0.01 * 1.4826, rel=0.01)
     assert 1.0 < location < 1.0 + 4 * spread / 64 + 1e-9
+
+
+def test_a_run_too_short_for_its_first_window_says_so():
+    """A first window that costs 0.5 s in a 100-step run (~1 s of training) is far above a 1% budget: the cost
+    states it, with the first window's own cost, and no second window follows."""
+    first = {"done": False}
+
+    class FirstSlow(Costs):
+        @property
+        def prepare(self):
+            if first["done"]:
+                return Costs.prepare
+            first["done"] = True
+            return 0.5
+
+    recorder, exporter, paid = simulate(steps=100, costs=FirstSlow(), max_overhead=0.01)
+    budget = recorder.budget
+    assert len(exporter.submitted) == 1 and budget.first_window_cost == pytest.approx(paid, rel=0.02)
+    cost = ProfilingCost(budget.total_cost, recorder.training_seconds, budget.windows,
+                         max_overhead=budget.max_overhead, first_window_seconds=budget.first_window_cost)
+    assert cost.over_budget and f"({budget.first_window_cost:.2f} s here)" in cost.sentence()

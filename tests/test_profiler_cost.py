@@ -90,3 +90,16 @@ def _nice_and_env(pid):
     raw = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
     env = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
     return os.getpriority(os.PRIO_PROCESS, pid), env
+
+
+def test_a_cost_above_the_budget_says_why():
+    """One window of 0.49 s in 32 s of training with a 1% budget: the sentence says that the first window is
+    recorded whatever it costs; within the budget it says nothing of the kind."""
+    over = ProfilingCost(seconds=0.49, training_seconds=32.0, windows=1, max_overhead=0.01, first_window_seconds=0.49)
+    assert over.over_budget and "1.5% of the training time" in over.sentence()
+    assert ("That is above max_overhead (1%): the first window is recorded whatever it costs (0.49 s here), since"
+            " nothing is known of a window's cost before one ran, and this run was too short to absorb it; the"
+            " windows after it waited for the budget.") in over.sentence()
+    within = ProfilingCost(seconds=0.2, training_seconds=32.0, windows=1, max_overhead=0.01)
+    assert not within.over_budget and "above max_overhead" not in within.sentence()
+    assert not ProfilingCost(seconds=0.49, training_seconds=32.0, windows=1).over_budget  # no budget

@@ -564,8 +564,9 @@ class StreamProfiler(Profiler):
         recorder = self._recorder
         if recorder is None:
             return None
-        return ProfilingCost(recorder.budget.total_cost, recorder.training_seconds, recorder.budget.windows,
-                             self._end_seconds)
+        budget = recorder.budget
+        return ProfilingCost(budget.total_cost, recorder.training_seconds, budget.windows, self._end_seconds,
+                             max_overhead=budget.max_overhead, first_window_seconds=budget.first_window_cost)
 
     @override
     def summary(self) -> str:

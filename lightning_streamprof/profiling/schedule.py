@@ -220,6 +220,11 @@ class OverheadBudget:
         pending = sum(self._capped(x, cap) for x in self._window_x)
         return self._settled + self._own + max(0.0, self._excess + pending)
 
+    @property
+    def first_window_cost(self) -> float | None:
+        """Seconds the first window cost, once its export is done."""
+        return self._period_costs[0] if self._period_costs else None
+
     def fraction(self, elapsed: float) -> float:
         """The cost as a share of ``elapsed`` seconds of training."""
         return self.total_cost / elapsed if elapsed > 0 else 0.0

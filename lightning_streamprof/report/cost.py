@@ -14,12 +14,20 @@ HOW_MEASURED = ("the slowdown of every step over the unprofiled steps' typical t
 @dataclass(frozen=True)
 class ProfilingCost:
     """``seconds`` of ``training_seconds`` charged to the profiler over ``windows`` windows; ``end_seconds``: what
-    the end of the stage waited for the last exports and wrote the report (None before the stage ends)."""
+    the end of the stage waited for the last exports and wrote the report (None before the stage ends);
+    ``max_overhead`` the budget, ``first_window_seconds`` what the first window cost (once settled)."""
 
     seconds: float
     training_seconds: float
     windows: int
     end_seconds: float | None = None
+    max_overhead: float | None = None
+    first_window_seconds: float | None = None
+
+    @property
+    def over_budget(self) -> bool:
+        """The cost is above the budget: only the first window can put it there (later ones wait for it)."""
+        return self.max_overhead is not None and self.windows > 0 and self.fraction > self.max_overhead
 
     @property
     def fraction(self) -> float:
@@ -35,6 +43,11 @@ class ProfilingCost:
         windows = f"{self.windows} window{'s' if self.windows != 1 else ''}"
         text = (f"Profiling cost {100 * self.fraction:.1f}% of the training time ({self.seconds:.2f} s of "
                 f"{self.training_seconds:.2f} s, {windows}): measured as {HOW_MEASURED}.")
+        if self.over_budget:
+            first = f" ({self.first_window_seconds:.2f} s here)" if self.first_window_seconds is not None else ""
+            text += (f" That is above max_overhead ({100 * self.max_overhead:g}%): the first window is recorded"
+                     f" whatever it costs{first}, since nothing is known of a window's cost before one ran, and"
+                     " this run was too short to absorb it; the windows after it waited for the budget.")
         if self.end_seconds is not None and self.end_seconds >= 0.005:
             text += (f" The end of the stage took {self.end_seconds:.2f} s more for the last window's export and"
                      " the report.")
