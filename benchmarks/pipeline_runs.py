@@ -20,8 +20,9 @@ and its median. Workloads (``examples/workloads.py``, written as people write th
   frozen ResNet-50 under ``torch.compile``.
 
 A third field picks the precision (``bf16`` -> ``bf16-mixed``, ``16`` -> ``16-mixed``). Configurations:
-``serial`` (no callback), ``auto`` (``StreamPipeline()``, no arguments), ``on`` (``mode="on"``: staging thread),
-``on_inline``, ``on+graph`` (``cuda_graph=True``), ``copy`` (``backbone=False``, inline: the copy alone),
+``serial`` (no callback), ``auto`` (``StreamPipeline()``, no arguments), ``on`` (``mode="on"``: staging thread,
+the frozen calls as a CUDA graph when its capture is checked equal), ``on_inline``, ``on+graph`` (``cuda_graph=True``:
+the same as ``on`` now), ``on_eager`` (``cuda_graph=False``), ``copy`` (``backbone=False``, inline: the copy alone),
 ``copy_nopin`` (the same, ``pin_memory=False``); any of them with ``+streamprof`` (``auto+streamprof``) also
 runs the default ``StreamProfiler``, as ``profiler="streamprof"`` gives it. ``--profile CONFIG,...`` adds a StreamProfiler window at step
 ``--profile-at`` to those configurations' last round (its traces and summary under ``--out``).
