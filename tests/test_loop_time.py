@@ -61,11 +61,11 @@ def test_hand_timed_validation_runs_and_checkpoints():
     lines = loop.lines([restarting])
     assert lines[0] == ("Validation: 2 runs, 0.89 s (8.9% of the fit); each waited 400 ms (median) for its first "
                         "batch, against 2.0 ms for the others.")
+    assert lines[1] == "Checkpoints: 1 saves, 0.25 s (2.5% of the fit; 250 ms each, median)."
     # start-ups less a usual fetch: (0.5 - 0.002) + (0.3 - 0.002) = 0.796 s of 10 s
-    assert lines[1] == ("The validation loader starts its 8 worker processes again at every run "
+    assert lines[2] == ("The validation loader starts its 8 worker processes again at every run "
                         "(persistent_workers=False): 0.80 s (8.0% of the fit) went to start-ups; "
                         "DataLoader(..., persistent_workers=True) keeps the workers between runs.")
-    assert lines[2] == "Checkpoints: 1 saves, 0.25 s (2.5% of the fit; 250 ms each, median)."
     kept = SimpleNamespace(num_workers=8, persistent_workers=True)
     assert [line.split(":")[0] for line in loop.lines([kept])] == ["Validation", "Checkpoints"]  # no advice
 
@@ -81,21 +81,29 @@ def test_no_advice_when_start_ups_are_under_one_percent_or_without_workers():
     assert LoopTime().lines([]) == []  # nothing timed, nothing said
 
 
-class Validating(TinyModel):
-    """Validates on a loader of 2 worker processes, kept between runs or not."""
+class WorkerLoaders(TinyModel):
+    """``TinyModel`` whose training (4 epochs of 8 batches) or validation loader has 2 worker processes, kept
+    between epochs and runs or not."""
 
-    def __init__(self, persistent: bool):
+    def __init__(self, which: str, persistent: bool):
         super().__init__()
-        self.persistent = persistent
+        self.which, self.persistent = which, persistent
+
+    def _loader(self, which: str, length: int, batch_size: int) -> DataLoader:
+        workers = dict(num_workers=2, persistent_workers=self.persistent) if which == self.which else {}
+        return DataLoader(RandomDataset(32, length), batch_size=batch_size, **workers)
+
+    def train_dataloader(self):
+        return self._loader("train", 16, 2) if self.which == "train" else super().train_dataloader()
 
     def val_dataloader(self):
-        return DataLoader(RandomDataset(32, 32), batch_size=8, num_workers=2, persistent_workers=self.persistent)
+        return self._loader("val", 32, 8)
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["restarting", "persistent"])
 def test_a_fit_that_validates_and_checkpoints_says_what_they_took(tmp_path, persistent):
     profiler = StreamProfiler(dirpath=str(tmp_path / "prof"), skip_first=2, warmup=1, active=2, every=0)
-    fit(profiler, tmp_path, max_steps=40, model=Validating(persistent), val_check_interval=10,
+    fit(profiler, tmp_path, max_steps=40, model=WorkerLoaders("val", persistent), val_check_interval=10,
         check_val_every_n_epoch=None, limit_val_batches=4, num_sanity_val_steps=0, enable_checkpointing=True,
         callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=20, save_top_k=-1)])
     summary = profiler.summary()
@@ -106,3 +114,45 @@ def test_a_fit_that_validates_and_checkpoints_says_what_they_took(tmp_path, pers
     report = (next((tmp_path / "prof").glob("fit-*")) / "report.html").read_text()
     assert '<p class="note">Validation: 4 runs,' in report and '<p class="note">Checkpoints: 2 saves,' in report
     assert ('<p class="note warn">The validation loader starts its 2 worker processes' in report) is not persistent
+
+
+def test_hand_timed_epoch_start_ups():
+    """Three epochs over 9 s; each later epoch's first batch came 0.4 s after the epoch started, the other fetches
+    in 1 ms: the epochs' line, and the training loader's advice only where it restarts its workers."""
+    clock = FakeClock()
+    loop = LoopTime(clock=clock)
+    events = []
+    for epoch in range(3):
+        t = 3.0 * epoch
+        events.append((t, "start", "run_training_epoch"))
+        first = 0.4 if epoch else 0.05  # the first epoch's iterator was made before it started
+        events += [(t, "start", "[_TrainingEpochLoop].train_dataloader_next"),
+                   (t + first, "stop", "[_TrainingEpochLoop].train_dataloader_next"),
+                   (t + first, "start", "run_training_batch"), (t + first + 0.5, "stop", "run_training_batch")]
+        u = t + first + 0.5
+        for _ in range(3):
+            events += [(u, "start", "[_TrainingEpochLoop].train_dataloader_next"),
+                       (u + 0.001, "stop", "[_TrainingEpochLoop].train_dataloader_next"),
+                       (u + 0.001, "start", "run_training_batch"), (u + 0.5, "stop", "run_training_batch")]
+            u += 0.5
+    play(loop, clock, events)
+    assert loop.epochs == 3 and loop.epoch_startup_s == pytest.approx([0.4, 0.4])
+    assert loop.span == pytest.approx(6.0 + 0.4 + 2.0 - 0.05)  # 8.35 s: the first batch's start to the last's end
+    assert loop.facts() == ["Epochs: 2 after the first; each waited 400 ms (median) for its first batch, against "
+                            "1.0 ms for the others."]
+    restarting = SimpleNamespace(num_workers=4, persistent_workers=False)
+    # (0.4 - 0.001) x 2 = 0.798 s of 8.35 s
+    assert loop.advice([], [restarting]) == [
+        "The training loader starts its 4 worker processes again at every epoch (persistent_workers=False): 0.80 s "
+        "(9.6% of the fit) went to start-ups; DataLoader(..., persistent_workers=True) keeps the workers between "
+        "epochs."]
+    assert loop.advice([], [SimpleNamespace(num_workers=4, persistent_workers=True)]) == []
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["restarting", "persistent"])
+def test_a_fit_of_several_epochs_says_what_their_start_ups_took(tmp_path, persistent):
+    profiler = StreamProfiler(dirpath=str(tmp_path / "prof"), skip_first=2, warmup=1, active=2, every=0)
+    fit(profiler, tmp_path, max_steps=32, model=WorkerLoaders("train", persistent))
+    summary = profiler.summary()
+    assert "Epochs: 3 after the first; each waited" in summary
+    assert ("The training loader starts its 2 worker processes again at every epoch" in summary) is not persistent

@@ -21,7 +21,7 @@ from typing_extensions import override
 
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
 from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
-from lightning_streamprof.profiling.loop_time import LoopTime, validation_loaders
+from lightning_streamprof.profiling.loop_time import LoopTime, trainer_loaders
 from lightning_streamprof.profiling.profiler_arguments import checked_arguments
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.run_dir import new_run_name
@@ -600,7 +600,10 @@ class StreamProfiler(Profiler):
         if loop is None:
             return []
         try:
-            return loop.facts() if part == "facts" else getattr(loop, part)(validation_loaders(self._trainer()))
+            if part == "facts":
+                return loop.facts()
+            trainer = self._trainer()
+            return getattr(loop, part)(trainer_loaders(trainer, "val"), trainer_loaders(trainer, "train"))
         except Exception:  # noqa: BLE001 - a summary line must not end the run
             return []
 
