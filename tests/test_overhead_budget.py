@@ -108,11 +108,8 @@ def test_every_cost_of_the_run_is_charged():
     assert budget.total_cost > paid - two_tail_steps / 2  # the steps after the first two are charged
 
 
-def test_the_first_windows_set_up_is_charged():
-    """Kineto's and CUPTI's set-up make the first window's preparation 0.5 s (later ones 10 ms): it is charged (the
-    stated cost is what the run paid, the set-up included), and the later windows make room for it."""
-    costs = Costs()
-    calm, calm_exporter, _ = simulate(costs=costs)
+def first_prepare_slow(seconds: float = 0.5) -> Costs:
+    """The costs with a first window whose preparation (Kineto's and CUPTI's set-up) takes ``seconds``."""
     first = {"done": False}
 
     class FirstSlow(Costs):
@@ -121,9 +118,17 @@ def test_the_first_windows_set_up_is_charged():
             if first["done"]:
                 return Costs.prepare
             first["done"] = True
-            return 0.5
+            return seconds
 
-    slow, exporter, paid = simulate(costs=FirstSlow())
+    return FirstSlow()
+
+
+def test_the_first_windows_set_up_is_charged():
+    """Kineto's and CUPTI's set-up make the first window's preparation 0.5 s (later ones 10 ms): it is charged (the
+    stated cost is what the run paid, the set-up included), and the later windows make room for it."""
+    costs = Costs()
+    calm, calm_exporter, _ = simulate(costs=costs)
+    slow, exporter, paid = simulate(costs=first_prepare_slow())
     assert slow.budget.total_cost == pytest.approx(paid, rel=0.02) and paid > 0.5
     assert slow.budget.fraction(slow.training_seconds) <= 0.02 * 1.05
     assert len(exporter.submitted) <= len(calm_exporter.submitted) - 5  # 0.5 s is 5 windows' worth
@@ -212,17 +217,7 @@ def test_baseline_is_robust():
 def test_a_run_too_short_for_its_first_window_says_so():
     """A first window that costs 0.5 s in a 100-step run (~1 s of training) is far above a 1% budget: the cost
     states it, with the first window's own cost, and no second window follows."""
-    first = {"done": False}
-
-    class FirstSlow(Costs):
-        @property
-        def prepare(self):
-            if first["done"]:
-                return Costs.prepare
-            first["done"] = True
-            return 0.5
-
-    recorder, exporter, paid = simulate(steps=100, costs=FirstSlow(), max_overhead=0.01)
+    recorder, exporter, paid = simulate(steps=100, costs=first_prepare_slow(), max_overhead=0.01)
     budget = recorder.budget
     assert len(exporter.submitted) == 1 and budget.first_window_cost == pytest.approx(paid, rel=0.02)
     cost = ProfilingCost(budget.total_cost, recorder.training_seconds, budget.windows,

@@ -428,7 +428,8 @@ class StreamProfiler(Profiler):
             notes.append(MEMORY_THREADS_NOTE.removeprefix("StreamProfiler: "))
         if self._cupti_note:
             notes.append(self._cupti_note[0].upper() + self._cupti_note[1:] + ".")
-        notes += self._loop_lines("advice")
+        outside, advice = self._outside_training()
+        notes += advice
         if len(run.windows) < exporter.written:
             notes.append(f"This report holds the last {len(run.windows)} analysed of the {exporter.written} windows "
                          f"written; `streamprof report {recorder.run_dir}` reads them all.")
@@ -436,7 +437,7 @@ class StreamProfiler(Profiler):
             run, found_notes = with_other_ranks(run, exporter.results, recorder.world_size, self.timeout)
             notes += found_notes
         self._report_path = write_run_files(recorder.run_dir, run, pipeline_text=text or None, notes=notes,
-                                            cost=self.cost, outside=self._loop_lines("facts"))
+                                            cost=self.cost, outside=outside)
         self._run = run
 
     def _warn_problems(self, exporter: TraceExporter | None = None) -> None:
@@ -576,7 +577,7 @@ class StreamProfiler(Profiler):
         exporter = self._exporter or self._last_exporter
         problems = [f"StreamProfiler: {line}" for line in exporter.problems.lines()] if exporter is not None else []
         reports = [cb.report() for cb in self._staging_callbacks()]
-        loop = self._loop_lines()
+        loop = [line for lines in self._outside_training() for line in lines]
         if not results:
             return "\n".join(["StreamProfiler: no window was recorded.", *problems, *loop, *reports])
         recorder = self._recorder
@@ -593,19 +594,17 @@ class StreamProfiler(Profiler):
                               row_limit=self.row_limit, total=total, shown=_SUMMARY_WINDOWS, run=self._run,
                               moves=recorder.moves if recorder else None, footer=footer)
 
-    def _loop_lines(self, part: str = "lines") -> list[str]:
-        """What the fit spent outside its training steps (validation, checkpoints), with the advice it calls for
-        (``part``: ``"lines"`` both, ``"facts"`` or ``"advice"`` alone)."""
+    def _outside_training(self) -> tuple[list[str], list[str]]:
+        """What the fit spent outside its training steps (validation, epoch starts, checkpoints), and the advice
+        it calls for."""
         loop = getattr(self, "_loop_time", None)
         if loop is None:
-            return []
+            return [], []
         try:
-            if part == "facts":
-                return loop.facts()
             trainer = self._trainer()
-            return getattr(loop, part)(trainer_loaders(trainer, "val"), trainer_loaders(trainer, "train"))
+            return loop.facts(), loop.advice(trainer_loaders(trainer, "val"), trainer_loaders(trainer, "train"))
         except Exception:  # noqa: BLE001 - a summary line must not end the run
-            return []
+            return [], []
 
     def _log_dirs(self) -> list[str]:
         """The directories of the Trainer's TensorBoard loggers (for ``tensorboard --logdir``)."""
