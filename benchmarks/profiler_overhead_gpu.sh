@@ -13,5 +13,6 @@ timeout ${RUNS_TIMEOUT:-450} python benchmarks/profiler_overhead.py --workloads 
   --rounds 7 --extra-rounds 3 --workers 4 --time-limit ${TIME_LIMIT:-400} --run-timeout 200 --out $OUT --tag $tag \
   --resume benchmarks/results/profiler_overhead-$tag.jsonl > $o/overhead.log 2>&1
 echo "profiler_overhead exit $?"
+cp $o/overhead.log $OUT/profiler_overhead-$tag.log 2>/dev/null
 grep -E '^\{' $o/overhead.log | cut -c1-300 | tail -n 20
 grep -E '^(\||- )' $OUT/profiler_overhead-$tag.md | cut -c1-400
