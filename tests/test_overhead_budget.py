@@ -47,7 +47,7 @@ class FakeSession(KinetoSession):
         self.recording = True
         self.clock.advance(self.costs.start)
 
-    def save(self) -> str:
+    def stop(self) -> str:
         self.recording = False
         self.clock.advance(self.costs.save)
         return "local.json"
@@ -57,7 +57,7 @@ class FakeSession(KinetoSession):
 
 
 class FakeExporter:
-    accepting, full = True, False
+    accepting, full, timeout = True, False, 60.0
 
     def __init__(self, costs: Costs) -> None:
         self.costs, self.submitted, self.left = costs, [], 0
@@ -69,6 +69,9 @@ class FakeExporter:
     @property
     def busy(self) -> bool:
         return self.left > 0
+
+    def wait_saved(self, timeout) -> bool:
+        return True
 
 
 def simulate(steps=600, costs=None, stall_at=None, stall=3.0, noise=None, max_overhead=0.02, seed=0):

@@ -84,15 +84,38 @@ def test_unwritable_dirpath_warns_and_training_finishes(tmp_path):
 
 
 def test_profiling_error_is_a_warning(tmp_path, monkeypatch):
-    def broken(self, path):
+    real_stop = torch.profiler.profile.stop_trace
+
+    def broken(self):
+        real_stop(self)  # Kineto stops (the next tests need it free), then the error
         raise RuntimeError("kineto exploded")
 
-    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", broken)
+    monkeypatch.setattr(torch.profiler.profile, "stop_trace", broken)
     prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=2, warmup=1, active=2, every=5)
     with pytest.warns(UserWarning, match="profiling stopped after an error.*kineto exploded"):
         trainer = fit(prof, tmp_path, max_steps=20)
     assert trainer.global_step == 20
     assert trace_files(tmp_path / "t") == []
+
+
+def test_an_error_of_kinetos_writer_is_a_warning_and_later_windows_are_written(tmp_path, monkeypatch):
+    """The trace is saved on an export thread: a failed save is that window's problem alone."""
+    from lightning_streamprof.profiling import session
+
+    real, calls = session._write_results, []
+
+    def first_fails(results, path):
+        calls.append(path)
+        if len(calls) == 1:
+            raise RuntimeError("kineto exploded")
+        real(results, path)
+
+    monkeypatch.setattr(session, "_write_results", first_fails)
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=2, warmup=1, active=2, every=5, max_overhead=None)
+    with pytest.warns(UserWarning, match="window 0 not written: .*kineto exploded"):
+        trainer = fit(prof, tmp_path, max_steps=20)
+    assert trainer.global_step == 20
+    assert [w.window for w in prof.windows] == [1, 2, 3] and len(trace_files(tmp_path / "t")) == 3
 
 
 def test_summary_is_a_short_table_per_window(tmp_path):

@@ -1,7 +1,8 @@
-"""Background export of finished windows: analyse, add the GPU utilization counter track, gzip (isal), write
-through a temporary name.
+"""Background export of finished windows: save (Kineto's writer), analyse, add the GPU utilization counter track,
+gzip (isal), write through a temporary name.
 
-Two daemon threads: one has each trace analysed in the worker process, one writes each trace to its target.
+Two daemon threads; the first of them to take a window has Kineto's writer save its stopped trace to a local file
+(so that the training thread only stops the session). One has each trace analysed in the worker process, one writes each trace to its target.
 A trace that recorded device work is analysed, given its counter track and gzipped in the worker process, and
 written once that is done; the write waits for it at most ``timeout`` seconds (then the trace is gzipped here,
 without the track, and the analysis still reaches the results when it ends). A trace without device work gets no
@@ -21,6 +22,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from lightning_streamprof.errors import is_disk_full
 from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline
@@ -62,6 +64,16 @@ class WindowResult:
     metrics: dict[str, float] | None = None
 
 
+class UnsavedTrace(Protocol):
+    """A stopped Kineto trace still to be written to its local file (``session.StoppedTrace``)."""
+
+    local: str
+
+    def save(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+
 @dataclass(eq=False)
 class _Job:
     """One handed-over window; the fields after ``global_step`` change under the exporter's condition."""
@@ -79,6 +91,10 @@ class _Job:
     metrics: dict[str, float] | None = field(default=None, repr=False)
     gz: bytes | None = field(default=None, repr=False)  # the trace as the worker gzipped it, until written
     raw_size: int = 0
+    unsaved: UnsavedTrace | None = field(default=None, repr=False)  # Kineto's results, until saved to ``local``
+    saved: bool = True  # nothing more to save (saved, failed or discarded)
+    save_error: str | None = None
+    save_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 class TraceExporter:
@@ -162,11 +178,14 @@ class TraceExporter:
                 return "earlier traces are still being written"
             return None
 
-    def skip(self, local_path: str) -> None:
-        """Leave a recorded window unwritten (its temporary file removed) because the exporter is not
-        :attr:`accepting`: a multi-rank run records the same windows on every rank, so its recorder skips a
+    def skip(self, trace: str | UnsavedTrace) -> None:
+        """Leave a recorded window unwritten (its trace discarded, its temporary file removed) because the exporter
+        is not :attr:`accepting`: a multi-rank run records the same windows on every rank, so its recorder skips a
         window here, after recording it, rather than before."""
-        _remove(local_path)
+        if isinstance(trace, str):
+            _remove(trace)
+        else:
+            trace.discard()
         self.skipped()
 
     def skipped(self) -> None:
@@ -174,16 +193,22 @@ class TraceExporter:
         reason = self.refusal or "earlier traces are still being written"
         self.problems.add("skipped", f"a window was skipped: {reason}")
 
-    def submit(self, local_path: str, identity: TraceIdentity, *, steps: tuple[int, int], global_step: int = 0,
-               device_work: bool = False) -> None:
-        """Export the trace saved at ``local_path`` to ``identity.path`` (the window's recorded ``steps``:
-        first, past-the-end); ``device_work``: the session recorded a device's activity."""
+    def submit(self, trace: str | UnsavedTrace, identity: TraceIdentity, *, steps: tuple[int, int],
+               global_step: int = 0, device_work: bool = False) -> None:
+        """Export a window's trace to ``identity.path`` (the window's recorded ``steps``: first, past-the-end):
+        ``trace`` is the local file it was saved to, or a stopped trace that an export thread saves first;
+        ``device_work``: the session recorded a device's activity."""
+        unsaved = None if isinstance(trace, str) else trace
+        local = trace if isinstance(trace, str) else trace.local
         with self._cond:
             if self._closed:
-                _remove(local_path)
+                if unsaved is not None:
+                    unsaved.discard()
+                _remove(local)
                 return
             self._start_threads()
-            job = _Job(local_path, identity, steps, global_step, device=device_work, analysed=self._worker is None)
+            job = _Job(local, identity, steps, global_step, device=device_work, analysed=self._worker is None,
+                       unsaved=unsaved, saved=unsaved is None)
             dropped = None
             if self._worker is not None:
                 if len(self._analyses) >= MAX_PENDING_ANALYSES:
@@ -196,6 +221,12 @@ class TraceExporter:
         if dropped is not None:
             self.problems.add("analysis-behind", "analysis fell behind training; a window was not analysed")
             self._settle(dropped)
+
+    def wait_saved(self, timeout: float | None = None) -> bool:
+        """Wait until every handed-over window's trace is saved by Kineto's writer (a new session may then claim
+        Kineto); False if ``timeout`` passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: all(job.saved for job in self._jobs), timeout)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until every handed-over window is written and analysed; False if ``timeout`` passed first."""
@@ -219,6 +250,13 @@ class TraceExporter:
             idle = self._closed
             self._cond.notify_all()
         for job in pending:
+            if job.unsaved is not None and job.save_lock.acquire(blocking=False):  # not while its save runs
+                try:
+                    if job.unsaved is not None:
+                        job.unsaved.discard()
+                        job.unsaved = None
+                finally:
+                    job.save_lock.release()
             _remove(job.local)
         if unwritten:
             self.problems.add("abandoned", f"{unwritten} window(s) not written within {timeout:g} s; abandoned")
@@ -278,10 +316,27 @@ class TraceExporter:
         if idle and self._worker is not None:
             self._worker.close(wait=False)
 
+    def _saved(self, job: _Job) -> bool:
+        """Whether the job's trace is in its local file; the first export thread to take the job saves it."""
+        with job.save_lock:
+            trace, job.unsaved = job.unsaved, None
+            if trace is not None:
+                try:
+                    trace.save()
+                except BaseException as err:  # noqa: BLE001 - a thread must not die
+                    job.save_error = _reason(err)
+                    if not job.abandoned:
+                        self.problems.add("export", f"window {job.identity.window} not written: {job.save_error}")
+                with self._cond:
+                    job.saved = True
+                    self._cond.notify_all()
+            return job.save_error is None
+
     def _write_loop(self) -> None:
         while (job := self._take(self._writes)) is not None:
             try:
-                self._write(job)
+                if self._saved(job):
+                    self._write(job)
             except BaseException as err:  # noqa: BLE001 - a thread must not die
                 if not job.abandoned:
                     self.problems.add("write", f"could not write {job.identity.path}: {_reason(err)}")
@@ -335,7 +390,8 @@ class TraceExporter:
         while (job := self._take(self._analyses)) is not None:
             analysis, metrics, gz, raw_size = None, None, None, 0
             try:
-                analysis, metrics, gz, raw_size = self._analyse(job)
+                if self._saved(job):
+                    analysis, metrics, gz, raw_size = self._analyse(job)
             except BaseException as err:  # noqa: BLE001 - a thread must not die
                 if not job.abandoned:
                     self.problems.add("analysis", f"could not analyse window {job.identity.window}: {_reason(err)}")

@@ -21,7 +21,7 @@ from typing_extensions import override
 
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
 from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
-from lightning_streamprof.profiling.loop_time import LoopTime, trainer_loaders
+from lightning_streamprof.profiling.loop_time import CHECKPOINT, LoopTime, trainer_loaders
 from lightning_streamprof.profiling.profiler_arguments import checked_arguments
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.run_dir import new_run_name
@@ -488,6 +488,10 @@ class StreamProfiler(Profiler):
     def start(self, action_name: str) -> None:
         if self._loop_time is not None:
             self._loop_time.start(action_name)
+        if action_name == CHECKPOINT and self._exporter is not None:
+            # a trace that Kineto's writer is still saving to the temporary directory may share its disk with the
+            # checkpoint: the save (a fraction of a step) ends first, and a failed one has given its space back
+            self._exporter.wait_saved(self._exporter.timeout)
         recorder = self._recorder
         if recorder is None:
             return

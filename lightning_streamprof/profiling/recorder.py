@@ -199,7 +199,9 @@ class WindowRecorder:
             self._step_range.__enter__()
 
     def _open_session(self) -> KinetoSession | Unrecorded:
-        """The window's Kineto session, or :class:`Unrecorded` while another session holds Kineto."""
+        """The window's Kineto session, or :class:`Unrecorded` while another session holds Kineto (an earlier
+        window's trace still being saved is waited for: that takes a fraction of a step)."""
+        self.exporter.wait_saved(self.exporter.timeout)
         try:
             return self._new_session()
         except SessionBusy as err:
@@ -217,7 +219,7 @@ class WindowRecorder:
         return {names.TRACE_METADATA_KEY: info}
 
     def end_window(self) -> None:
-        """Stop the trace, save it locally (Kineto's writer) and hand it to the export thread."""
+        """Stop the trace and hand it to the export threads, which save it (Kineto's writer), analyse and write it."""
         session, window = self._session, self._window
         self._session = None
         self._close_ranges()
@@ -227,7 +229,7 @@ class WindowRecorder:
         first = self.offset + window.start
         window_dir = join_path(self.run_dir, f"w{window.index:03d}-step{first:07d}")
         if recorded:
-            local = session.save()
+            stopped = session.stop()
             identity = TraceIdentity(
                 path=join_path(window_dir, f"rank{self.rank}.{time.time_ns()}.pt.trace.json.gz"), run=self.run_name,
                 window=window.index, first_step=first, rank=self.rank, world_size=self.world_size,
@@ -235,9 +237,9 @@ class WindowRecorder:
             )
             steps = (first, self.offset + min(window.stop, self._next_step))
             if self._agree is not None and not self.exporter.accepting:
-                self.exporter.skip(local)
+                self.exporter.skip(stopped)
             else:
-                self.exporter.submit(local, identity, steps=steps, global_step=self._global_step(),
+                self.exporter.submit(stopped, identity, steps=steps, global_step=self._global_step(),
                                      device_work=bool(getattr(session, "records_device", False)))
         else:  # the run ended during warm-up, or another session held Kineto: nothing was recorded
             session.release()

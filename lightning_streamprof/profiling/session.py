@@ -1,8 +1,8 @@
 """One Kineto (``torch.profiler``) session per window: prepared during warm-up, started for the recorded steps,
-stopped and saved to a local file by Kineto's own writer.
+stopped on the training thread and saved to a local file by Kineto's own writer off it (:class:`StoppedTrace`).
 
-Kineto is one per process: a session claims it for the whole window (from its preparation to the end of its
-export), and is refused (:class:`SessionBusy`) while another StreamProfiler's session holds it or while a
+Kineto is one per process: a session claims it for the whole window (from its preparation until its trace is
+saved), and is refused (:class:`SessionBusy`) while another StreamProfiler's session holds it or while a
 ``torch.profiler`` session of the program's own is active, which is then left untouched.
 """
 
@@ -113,27 +113,33 @@ class KinetoSession:
         for key, value in metadata.items():
             self._prof.add_metadata_json(key, orjson.dumps(value).decode())
 
-    def save(self) -> str:
-        """Stop recording and write the trace to a local temporary file; returns its path. :class:`ExportError`
-        when Kineto wrote nothing or a cut-off file (the file is closed and removed, Kineto's ``.tmp`` too)."""
+    def stop(self) -> StoppedTrace:
+        """Stop recording (on the training thread: Kineto stops where it started); the trace, not yet written, is
+        returned to be saved elsewhere. The claim on Kineto passes to it."""
         try:
             self._prof.stop_trace()
+        except BaseException:
             self.recording = False
-            fd, local = tempfile.mkstemp(prefix="streamprof-", suffix=".pt.trace.json")
-            os.close(fd)
-            try:
-                self._prof.export_chrome_trace(local)
-                _check_complete(local)
-            except BaseException:
-                self._free_results()  # Kineto's writer keeps "<name>.tmp" open until then: space stays taken
-                for path in (local, local + ".tmp"):
-                    with contextlib.suppress(OSError):
-                        os.remove(path)
-                raise
             self._free_results()
-            return local
-        finally:
             self._let_go()
+            raise
+        self.recording = False
+        results = getattr(self._prof.profiler, "kineto_results", None)
+        self._free_results()
+        try:
+            stopped = StoppedTrace(results)
+        except BaseException:
+            self._let_go()
+            raise
+        self._held = False  # the stopped trace lets Kineto go once saved or discarded
+        return stopped
+
+    def save(self) -> str:
+        """Stop recording and write the trace to a local temporary file at once; returns its path (see
+        :meth:`StoppedTrace.save`)."""
+        stopped = self.stop()
+        stopped.save()
+        return stopped.local
 
     def release(self) -> None:
         """End the session without saving (a prepared session must start to stop); best effort."""
@@ -164,6 +170,68 @@ class KinetoSession:
     def __del__(self) -> None:
         """A session dropped without :meth:`save` or :meth:`release` does not keep Kineto claimed."""
         self._let_go()
+
+
+class StoppedTrace:
+    """A stopped window's Kineto results, until Kineto's writer has saved them to :attr:`local` (a temporary file
+    made at once). Saving takes as long as stopping for a large trace (``with_stack``) and does not hold the GIL,
+    so it runs on an export thread while training goes on; the claim on Kineto is held until it is saved or
+    discarded, so that no other session starts beside the writer."""
+
+    def __init__(self, results: Any) -> None:
+        self._results = results
+        self._lock = threading.Lock()
+        fd, self.local = tempfile.mkstemp(prefix="streamprof-", suffix=".pt.trace.json")
+        os.close(fd)
+
+    @property
+    def pending(self) -> bool:
+        """Neither saved nor discarded yet."""
+        return self._results is not None
+
+    def save(self) -> None:
+        """Write the trace to :attr:`local` (once); :class:`ExportError` when Kineto wrote nothing or a cut-off
+        file (then the file is removed, Kineto's ``.tmp`` too)."""
+        with self._lock:
+            results, self._results = self._results, None
+            if results is None:
+                raise ExportError("the trace was discarded before it was saved")
+            try:
+                _write_results(results, self.local)
+                _check_complete(self.local)
+            except BaseException:
+                del results  # Kineto's writer keeps "<name>.tmp" open until then: space stays taken
+                _remove_quietly(self.local, self.local + ".tmp")
+                raise
+            finally:
+                _KINETO.release()
+
+    def discard(self) -> None:
+        """Drop the trace unsaved (its temporary file removed); nothing if it was saved."""
+        with self._lock:
+            if self._results is None:
+                return
+            self._results = None
+            _KINETO.release()
+        _remove_quietly(self.local)
+
+    def __del__(self) -> None:
+        """A stopped trace dropped unsaved does not keep Kineto claimed."""
+        if getattr(self, "_results", None) is not None:
+            self._results = None
+            _KINETO.release()
+            _remove_quietly(self.local)
+
+
+def _write_results(results: Any, path: str) -> None:
+    """Kineto's own writer: the Chrome trace JSON of ``results`` (``torch.profiler``'s ``export_chrome_trace``)."""
+    results.save(path)
+
+
+def _remove_quietly(*paths: str) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 #: Kineto's log level above all of its messages (its levels go up to 5)

@@ -121,3 +121,60 @@ def test_a_device_trace_is_written_when_the_worker_fails(tmp_path, private_tmp, 
     (problem,) = exp.problems.drain()
     assert problem.startswith("could not analyse window 0: ") and reason in problem
     assert leftovers(private_tmp, tmp_path) == []
+
+
+class _Unsaved:
+    """A stopped trace as the recorder hands it over: an export thread saves it (once) before anything else."""
+
+    def __init__(self, directory, i, fail=False, gate=None):
+        self.local = str(directory / f"streamprof-{i}.pt.trace.json")
+        open(self.local, "w").close()
+        self.fail, self.gate, self.saves, self.discarded = fail, gate, [], False
+
+    def save(self):
+        self.saves.append(threading.current_thread().name)
+        if self.gate is not None:
+            self.gate.wait()
+        if self.fail:
+            os.remove(self.local)
+            raise RuntimeError("Kineto wrote nothing")
+        with open(self.local, "w") as f:
+            f.write('{"traceEvents": []}')
+
+    def discard(self):
+        self.discarded = True
+        os.remove(self.local)
+
+
+@pytest.mark.parametrize("analyze", [False, True])
+def test_a_stopped_trace_is_saved_once_by_an_export_thread_then_written(tmp_path, private_tmp, analyze):
+    exp = TraceExporter(analyze=analyze, timeout=30)
+    saving = threading.Event()
+    traces = [_Unsaved(private_tmp, 0, gate=saving), _Unsaved(private_tmp, 1, fail=True)]
+    for i, trace in enumerate(traces):
+        exp.submit(trace, TraceIdentity(path=str(tmp_path / f"w{i}.pt.trace.json.gz"), window=i), steps=(i, i + 1))
+    assert exp.wait_saved(0.2) is False  # the first save is held at its gate
+    saving.set()
+    assert exp.wait_saved(10) and exp.wait(30)
+    assert [len(t.saves) for t in traces] == [1, 1] and all(t.saves[0].startswith("streamprof-") for t in traces)
+    assert [r.window for r in exp.results] == [0]
+    with gzip.open(tmp_path / "w0.pt.trace.json.gz") as f:
+        assert json.load(f) == {"traceEvents": []}
+    problems = [p for p in exp.problems.drain() if not p.startswith("could not analyse window 0")]  # no events
+    assert problems == ["window 1 not written: RuntimeError: Kineto wrote nothing"]
+    exp.close(5)
+    assert leftovers(private_tmp) == []
+
+
+def test_stopped_traces_left_unsaved_are_discarded(tmp_path, private_tmp, gate):
+    exp = TraceExporter(analyze=False, timeout=30)
+    exp.skip(skipped := _Unsaved(private_tmp, 0))  # a multi-rank run's window that the store cannot take
+    exp.submit(_local(private_tmp, 1), TraceIdentity(path=str(tmp_path / "w1.pt.trace.json.gz"), window=1),
+               steps=(1, 2))  # held at the write gate: the next one waits behind it
+    exp.submit(waiting := _Unsaved(private_tmp, 2), TraceIdentity(path=str(tmp_path / "w2.pt.trace.json.gz"), window=2),
+               steps=(2, 3))
+    assert exp.finish(0.3) is False
+    assert skipped.discarded and waiting.discarded and waiting.saves == []
+    assert leftovers(private_tmp) == []
+    gate.set()
+    exp.close(5)

@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
 from traces_on_disk import load_trace, step_numbers
 
-from lightning_streamprof.profiling.session import KinetoSession, SessionBusy
+from lightning_streamprof.profiling.session import ExportError, KinetoSession, SessionBusy
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "session_program.py")
 
@@ -83,3 +84,37 @@ def test_a_programs_own_session_is_left_untouched(tmp_path):
         torch.ones(4).sum()
     theirs.export_chrome_trace(str(tmp_path / "theirs.json"))
     assert any(e.get("name") == "aten::sum" for e in json.loads((tmp_path / "theirs.json").read_text())["traceEvents"])
+
+
+def test_a_stopped_trace_holds_kineto_until_an_export_thread_has_saved_it():
+    first = _session()
+    first.start({}, rank=0, world_size=1)
+    torch.ones(4).sum()
+    stopped = first.stop()
+    assert stopped.pending and os.path.getsize(stopped.local) == 0  # made at once, written later
+    with pytest.raises(SessionBusy):
+        _session()  # no session starts beside Kineto's writer
+    saver = threading.Thread(target=stopped.save)
+    saver.start()
+    saver.join()
+    assert not stopped.pending
+    with open(stopped.local, "rb") as f:
+        assert b"distributedInfo" in f.read()
+    os.remove(stopped.local)
+    with pytest.raises(ExportError, match="discarded before it was saved"):
+        stopped.save()  # once
+    _session().release()  # free again
+
+
+def test_a_discarded_or_dropped_trace_lets_kineto_go_and_leaves_no_file():
+    for let_go in ("discard", "drop"):
+        session = _session()
+        session.start({}, rank=0, world_size=1)
+        stopped = session.stop()
+        local = stopped.local
+        if let_go == "discard":
+            stopped.discard()
+            stopped.discard()  # once
+        del stopped
+        assert not os.path.exists(local)
+        _session().release()

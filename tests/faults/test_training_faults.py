@@ -178,9 +178,9 @@ def test_full_temporary_directory(tmp_path, small_fs, monkeypatch):
 
 
 def test_empty_export_simulated(tmp_path, private_tmp, monkeypatch):
-    import torch
+    from lightning_streamprof.profiling import session
 
-    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", lambda self, path: None)
+    monkeypatch.setattr(session, "_write_results", lambda results, path: None)
     prof = profiler(tmp_path / "t")
     with pytest.warns(UserWarning, match="Kineto wrote an empty trace"):
         trainer = fit(prof, tmp_path)
