@@ -226,3 +226,20 @@ def test_a_run_too_short_for_its_first_window_says_so():
     cost = ProfilingCost(budget.total_cost, recorder.training_seconds, budget.windows,
                          max_overhead=budget.max_overhead, first_window_seconds=budget.first_window_cost)
     assert cost.over_budget and f"({budget.first_window_cost:.2f} s here)" in cost.sentence()
+
+
+def test_the_first_windows_cost_is_split_where_it_was_paid():
+    """Kineto's set-up, start and stop (the profiler's own time), the slower warm-up and recorded steps, and the steps
+    of its export: each part is what the fake run put there, and they add up to the first window's cost, which the
+    sentence of a cost over budget states."""
+    costs = Costs()
+    recorder, _, _ = simulate(steps=200, costs=costs, max_overhead=0.0001)
+    budget = recorder.budget
+    parts = budget.first_window_parts
+    assert parts == pytest.approx({"profiler": costs.prepare + costs.start + costs.save,
+                                   "steps": 5 * costs.window_step, "export": costs.export_steps * costs.export_step})
+    assert sum(parts.values()) == pytest.approx(budget.first_window_cost)
+    cost = ProfilingCost(budget.total_cost, recorder.training_seconds, budget.windows, max_overhead=0.0001,
+                         first_window_seconds=budget.first_window_cost, first_window_parts=parts)
+    assert ("(0.07 s here: 0.02 s Kineto's set-up, start and stop in the training thread, 0.03 s slower warm-up and"
+            " recorded steps, 0.02 s steps while its trace was saved, analysed and written)") in cost.sentence()

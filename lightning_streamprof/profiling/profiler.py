@@ -571,7 +571,8 @@ class StreamProfiler(Profiler):
             return None
         budget = recorder.budget
         return ProfilingCost(budget.total_cost, recorder.training_seconds, budget.windows, self._end_seconds,
-                             max_overhead=budget.max_overhead, first_window_seconds=budget.first_window_cost)
+                             max_overhead=budget.max_overhead, first_window_seconds=budget.first_window_cost,
+                             first_window_parts=budget.first_window_parts)
 
     @override
     def summary(self) -> str:

@@ -153,6 +153,9 @@ class OverheadBudget:
         self._tail_steps = 0
         self._tail_costs: list[float] = []
         self._period_costs: list[float] = []
+        self._window_own = 0.0  # the open period's own time during its window's steps (Kineto's set-up, start, stop)
+        self._window_excess = 0.0
+        self._first_parts: dict[str, float] | None = None
 
     # ------------------------------------------------------------------ steps
     def unprofiled_step(self, seconds: float) -> None:
@@ -173,14 +176,19 @@ class OverheadBudget:
     def end_window(self) -> None:
         """The window's steps are over: their excesses are capped and charged; the export's steps come next."""
         self._cap = self._window_cap()
-        self._excess += sum(self._capped(x) for x in self._window_x)
+        excess = sum(self._capped(x) for x in self._window_x)
+        self._excess += excess
+        self._window_excess += excess
+        self._window_own = self._own
         self._window_x = []
         self._tail, self._tail_steps = 0.0, 0
         self.windows += 1
 
     def tail_step(self, seconds: float, own: float, tainted: bool = False) -> None:
-        """A step while a window's trace is exported or analysed."""
+        """A step while a window's trace is exported or analysed (the first one's ``own`` includes ending the window)."""
         self._own += own
+        if self._tail_steps == 0:
+            self._window_own += own
         self._tail_steps += 1
         if not tainted and self.baseline:
             x = self._capped(seconds - own - self.baseline.stats[0])
@@ -198,9 +206,13 @@ class OverheadBudget:
             return
         cost = self._own + max(0.0, self._excess)
         self._settled += cost
+        if not self._period_costs:
+            self._first_parts = {"profiler": self._window_own, "steps": self._window_excess,
+                                 "export": cost - self._window_own - self._window_excess}
         self._period_costs.append(cost)
         self._tail_costs.append(self._tail)
         self._open, self._own, self._excess, self._tail, self._tail_steps = False, 0.0, 0.0, 0.0, 0
+        self._window_own = self._window_excess = 0.0
 
     def _window_cap(self) -> float:
         """``cap_factor`` x the median excess of the open window's steps, at least 4 baseline spreads."""
@@ -224,6 +236,14 @@ class OverheadBudget:
     def first_window_cost(self) -> float | None:
         """Seconds the first window cost, once its export is done."""
         return self._period_costs[0] if self._period_costs else None
+
+    @property
+    def first_window_parts(self) -> dict[str, float] | None:
+        """Where the first window's cost went, once settled (seconds, summing to :attr:`first_window_cost`):
+        ``profiler``, its own time in the training thread during the window (Kineto's set-up, start and stop);
+        ``steps``, the slowdown of its warm-up and recorded steps; ``export``, the rest: the steps while its trace
+        was saved, analysed and written, and the profiler's time in them."""
+        return dict(self._first_parts) if self._first_parts is not None else None
 
     def fraction(self, elapsed: float) -> float:
         """The cost as a share of ``elapsed`` seconds of training."""

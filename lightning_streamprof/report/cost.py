@@ -15,7 +15,8 @@ HOW_MEASURED = ("the slowdown of every step over the unprofiled steps' typical t
 class ProfilingCost:
     """``seconds`` of ``training_seconds`` charged to the profiler over ``windows`` windows; ``end_seconds``: what
     the end of the stage waited for the last exports and wrote the report (None before the stage ends);
-    ``max_overhead`` the budget, ``first_window_seconds`` what the first window cost (once settled)."""
+    ``max_overhead`` the budget, ``first_window_seconds`` what the first window cost (once settled), and
+    ``first_window_parts`` where (``OverheadBudget.first_window_parts``)."""
 
     seconds: float
     training_seconds: float
@@ -23,6 +24,7 @@ class ProfilingCost:
     end_seconds: float | None = None
     max_overhead: float | None = None
     first_window_seconds: float | None = None
+    first_window_parts: dict[str, float] | None = None
 
     @property
     def over_budget(self) -> bool:
@@ -44,7 +46,7 @@ class ProfilingCost:
         text = (f"Profiling cost {100 * self.fraction:.1f}% of the training time ({self.seconds:.2f} s of "
                 f"{self.training_seconds:.2f} s, {windows}): measured as {HOW_MEASURED}.")
         if self.over_budget:
-            first = f" ({self.first_window_seconds:.2f} s here)" if self.first_window_seconds is not None else ""
+            first = f" ({self.first_window_seconds:.2f} s here{self._parts()})" if self.first_window_seconds is not None else ""
             text += (f" That is above max_overhead ({100 * self.max_overhead:g}%): the first window is recorded"
                      f" whatever it costs{first}, since nothing is known of a window's cost before one ran, and"
                      " this run was too short to absorb it; the windows after it waited for the budget.")
@@ -52,3 +54,14 @@ class ProfilingCost:
             text += (f" The end of the stage took {self.end_seconds:.2f} s more for the last window's export and"
                      " the report.")
         return text
+
+    def _parts(self) -> str:
+        """``: 0.21 s in Kineto's set-up, start and stop, ...`` for the first window, where known."""
+        parts = self.first_window_parts
+        if not parts:
+            return ""
+        words = {"profiler": "Kineto's set-up, start and stop in the training thread",
+                 "steps": "slower warm-up and recorded steps",
+                 "export": "steps while its trace was saved, analysed and written"}
+        said = [f"{parts[k]:.2f} s {words[k]}" for k in words if parts.get(k, 0.0) >= 0.005]
+        return ": " + ", ".join(said) if said else ""
