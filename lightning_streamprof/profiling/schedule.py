@@ -132,13 +132,16 @@ class OverheadBudget:
     validation or a checkpoint ran (``tainted``) is charged its own time only.
 
     :meth:`defer_steps` says how many steps the next window must wait so that the cost of all windows, the next one
-    included, stays within ``max_overhead`` of the training time: the next window is expected to cost what earlier
-    windows cost on average, and a period still open counts with its cost so far plus the rest of an average export.
+    included, stays within ``plan_share`` of ``max_overhead`` of the training time: the next window is expected to
+    cost what earlier windows cost on average, and a period still open counts with its cost so far plus the rest of
+    an average export. The margin (a quarter of the budget by default) is for what a window's cost varies by, so that
+    the cost that a whole run measures stays under ``max_overhead`` rather than on it.
     """
 
     def __init__(self, max_overhead: float | None, baseline_steps: int = 64, cap_factor: float = 3.0,
-                 min_tail_steps: int = 2) -> None:
+                 min_tail_steps: int = 2, plan_share: float = 0.75) -> None:
         self.max_overhead = max_overhead
+        self.plan_share = plan_share
         self.cap_factor = cap_factor
         self.min_tail_steps = min_tail_steps
         self.baseline = StepBaseline(baseline_steps)
@@ -258,5 +261,5 @@ class OverheadBudget:
             cost += max(0.0, statistics.fmean(self._tail_costs) - self._tail)
         if self._period_costs:  # the next window itself, as earlier windows cost
             cost += statistics.fmean(self._period_costs)
-        needed = cost / self.max_overhead - elapsed
+        needed = cost / (self.max_overhead * self.plan_share) - elapsed
         return math.ceil(needed / self.baseline.stats[0]) if needed > 0 else 0
