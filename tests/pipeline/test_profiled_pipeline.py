@@ -103,17 +103,23 @@ def test_many_windows_beside_the_staging_thread_and_the_graph_detach_cupti_each_
     x = torch.randint(0, 255, (64, 3, 64, 64), dtype=torch.uint8)
     y = torch.randint(0, 4, (64, 64, 64))
 
+    class Paced(L.Callback):  # 10 steps take 0.3 s or more: each window's export is done before the next window
+        def on_train_batch_end(self, *args):
+            time.sleep(0.03)
+
     def fit(pipe, profiler):
         torch.manual_seed(0)
         net = Resident()
-        L.Trainer(accelerator="gpu", devices=1, max_steps=90, callbacks=[pipe] if pipe else [], profiler=profiler,
+        callbacks = [Paced()] + ([pipe] if pipe else [])
+        L.Trainer(accelerator="gpu", devices=1, max_steps=90, callbacks=callbacks, profiler=profiler,
                   logger=False, enable_checkpointing=False, enable_progress_bar=False,
                   enable_model_summary=False).fit(net, DataLoader(TensorDataset(x, y), batch_size=8))
         return net
 
     serial = fit(None, None)
+    # without the analysis worker, so that a window's export (save, gzip, write) takes milliseconds
     profiler = StreamProfiler(dirpath=str(tmp_path), skip_first=5, warmup=1, active=2, every=10, repeat=8,
-                              max_overhead=None)
+                              max_overhead=None, analyze=False)
     pipe = StreamPipeline(mode="on")
     started = time.perf_counter()
     piped = fit(pipe, profiler)
@@ -122,7 +128,7 @@ def test_many_windows_beside_the_staging_thread_and_the_graph_detach_cupti_each_
     if tuple(int(p) for p in torch.version.cuda.split(".")[:2]) >= (12, 6):
         assert os.environ.get("TEARDOWN_CUPTI") == "1"
     traces = sorted(glob.glob(str(tmp_path / "**" / "*.pt.trace.json.gz"), recursive=True))
-    assert len(profiler.windows) == len(traces) == 8
+    assert len(profiler.windows) == len(traces) == 8, profiler.summary()
     for path in traces:  # CUPTI set up again records the device in every window
         events = json.load(gzip.open(path))["traceEvents"]
         assert sum(e.get("cat") == "kernel" for e in events) > 10, path
