@@ -156,6 +156,7 @@ def run(spec: dict) -> dict:
         row.update(stated_fraction=cost.fraction, stated_s=cost.seconds, training_s=cost.training_seconds,
                    windows=cost.windows, end_stage_s=cost.end_seconds, worker_cpu_s=clock.worker_cpu_s,
                    first_window_s=cost.first_window_seconds, first_window_parts_s=cost.first_window_parts,
+                   first_window_calls_s=getattr(getattr(profiler, "_recorder", None), "first_window_calls", None),
                    headline=profiler.summary().splitlines()[0],
                    gpu_utilization=_mean_metric(profiler, "streamprof/gpu_utilization"))
     row["trace_files"] = sum(f.endswith((".pt.trace.json", ".pt.trace.json.gz")) for _, _, fs in os.walk(out)

@@ -137,6 +137,10 @@ def summarise(rows: list[dict]) -> list[dict]:
             util = [r["gpu_utilization"] for r in mine if r.get("gpu_utilization") is not None]
             if util:
                 entry["gpu_utilization"] = statistics.median(util)
+            for key in ("first_window_parts_s", "first_window_calls_s"):  # each part's median over the runs
+                parts = [r[key] for r in mine if r.get(key)]
+                if parts:
+                    entry[key] = {k: statistics.median(p.get(k, 0.0) for p in parts) for k in parts[0]}
             out.append(entry)
     return out
 
@@ -165,6 +169,16 @@ def render(rows: list[dict], summary: list[dict], meta: dict) -> str:
             _pct(e.get("gpu_utilization")), str(e.get("windows", e.get("trace_files", ""))),
         ]) + " |")
     lines += ["", *verdicts(summary)]
+    firsts = [e for e in summary if e.get("first_window_parts_s")]
+    if firsts:
+        lines += ["", "Where the first window's cost went (medians over the runs, seconds): the profiler's own time in "
+                  "the training thread (of it Kineto's prepare, start and stop), the slower warm-up and recorded "
+                  "steps, the steps of its export:"]
+        for e in firsts:
+            parts, calls = e["first_window_parts_s"], e.get("first_window_calls_s") or {}
+            said = ", ".join(f"{k} {v:.3f}" for k, v in calls.items())
+            lines.append(f"- {e['workload']} {e['config']}: profiler {parts['profiler']:.3f}"
+                         f"{f' ({said})' if said else ''}, steps {parts['steps']:.3f}, export {parts['export']:.3f}")
     errors = [r for r in rows if "error" in r]
     if errors:
         lines += ["", "Runs that failed:", *(f"- round {r['round']} {r['workload']} {r['config']}: "

@@ -241,6 +241,8 @@ def test_the_first_windows_cost_is_split_where_it_was_paid():
     assert parts == pytest.approx({"profiler": costs.prepare + costs.start + costs.save,
                                    "steps": 5 * costs.window_step, "export": costs.export_steps * costs.export_step})
     assert sum(parts.values()) == pytest.approx(budget.first_window_cost)
+    assert recorder.first_window_calls == pytest.approx({"prepare": costs.prepare, "start": costs.start,
+                                                         "stop": costs.save})  # the first window's only
     cost = ProfilingCost(budget.total_cost, recorder.training_seconds, budget.windows, max_overhead=0.0001,
                          first_window_seconds=budget.first_window_cost, first_window_parts=parts)
     assert ("(0.07 s here: 0.02 s Kineto's set-up, start and stop in the training thread, 0.03 s slower warm-up and"

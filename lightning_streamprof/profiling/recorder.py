@@ -58,6 +58,8 @@ class WindowRecorder:
         self._window: Window | None = schedule.window(0)
         self._warmup_start = self._window.warmup_start if self._window else math.inf
         self._session: KinetoSession | Unrecorded | None = None
+        #: seconds of the first recorded window's Kineto calls in the training thread: prepare, start, stop
+        self.first_window_calls: dict[str, float] = {}
         self._step_range: Any = None
         self._open_step = -1
         self._next_step = 0
@@ -181,13 +183,13 @@ class WindowRecorder:
             self.watching = True
             self.budget.begin_window()
         if phase is Phase.WARMUP and self._session is None:
-            self._session = self._open_session()
+            self._session = self._call("prepare", self._open_session)
         elif phase is Phase.ACTIVE:
             if self._session is None:
-                self._session = self._open_session()
+                self._session = self._call("prepare", self._open_session)
             if isinstance(self._session, KinetoSession) and not self._session.recording:
                 try:
-                    self._session.start(self._metadata(window), self.rank, self.world_size)
+                    self._call("start", self._session.start, self._metadata(window), self.rank, self.world_size)
                 except SessionBusy as err:
                     self._session = self._unrecorded(err)
             self._open_step = step
@@ -197,6 +199,16 @@ class WindowRecorder:
                 return
             self._step_range = torch.autograd.profiler.record_function(names.step_name(self.offset + step))
             self._step_range.__enter__()
+
+    def _call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, its seconds kept in :attr:`first_window_calls` until the first window has stopped."""
+        if self._windows_done or "stop" in self.first_window_calls:
+            return fn(*args)
+        t0 = self._clock()
+        try:
+            return fn(*args)
+        finally:
+            self.first_window_calls[name] = self.first_window_calls.get(name, 0.0) + self._clock() - t0
 
     def _open_session(self) -> KinetoSession | Unrecorded:
         """The window's Kineto session, or :class:`Unrecorded` while another session holds Kineto (an earlier
@@ -229,7 +241,7 @@ class WindowRecorder:
         first = self.offset + window.start
         window_dir = join_path(self.run_dir, f"w{window.index:03d}-step{first:07d}")
         if recorded:
-            stopped = session.stop()
+            stopped = self._call("stop", session.stop)
             identity = TraceIdentity(
                 path=join_path(window_dir, f"rank{self.rank}.{time.time_ns()}.pt.trace.json.gz"), run=self.run_name,
                 window=window.index, first_step=first, rank=self.rank, world_size=self.world_size,
