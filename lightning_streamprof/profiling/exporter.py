@@ -1,8 +1,9 @@
 """Background export of finished windows: save (Kineto's writer), analyse, add the GPU utilization counter track,
 gzip (isal), write through a temporary name.
 
-Two daemon threads; the first of them to take a window has Kineto's writer save its stopped trace to a local file
-(so that the training thread only stops the session). One has each trace analysed in the worker process, one writes each trace to its target.
+Three daemon threads. One has Kineto's writer save each stopped trace to a local file, in order and at once (so that
+the training thread only stops the session, and a next window or a checkpoint that waits for the save never waits
+behind a slow store or analysis); the others start on a window once it is saved. One has each trace analysed in the worker process, one writes each trace to its target.
 A trace that recorded device work is analysed, given its counter track and gzipped in the worker process, and
 written once that is done; the write waits for it at most ``timeout`` seconds (then the trace is gzipped here,
 without the track, and the analysis still reaches the results when it ends). A trace without device work gets no
@@ -113,6 +114,7 @@ class TraceExporter:
         self.problems = Problems()
         self._worker = AnalysisWorker() if analyze else None
         self._cond = threading.Condition()
+        self._saves: deque[_Job] = deque()
         self._writes: deque[_Job] = deque()
         self._analyses: deque[_Job] = deque()
         self._jobs: list[_Job] = []  # handed over and not finished (written and analysed)
@@ -196,7 +198,7 @@ class TraceExporter:
     def submit(self, trace: str | UnsavedTrace, identity: TraceIdentity, *, steps: tuple[int, int],
                global_step: int = 0, device_work: bool = False) -> None:
         """Export a window's trace to ``identity.path`` (the window's recorded ``steps``: first, past-the-end):
-        ``trace`` is the local file it was saved to, or a stopped trace that an export thread saves first;
+        ``trace`` is the local file it was saved to, or a stopped trace that the save thread saves first;
         ``device_work``: the session recorded a device's activity."""
         unsaved = None if isinstance(trace, str) else trace
         local = trace if isinstance(trace, str) else trace.local
@@ -215,6 +217,8 @@ class TraceExporter:
                     dropped = self._analyses.popleft()
                     dropped.analysed = True
                 self._analyses.append(job)
+            if unsaved is not None:
+                self._saves.append(job)
             self._writes.append(job)
             self._jobs.append(job)
             self._cond.notify_all()
@@ -240,6 +244,7 @@ class TraceExporter:
             return True
         with self._cond:
             pending, self._jobs = self._jobs, []
+            self._saves.clear()
             self._writes.clear()
             self._analyses.clear()
             unwritten = sum(1 for j in pending if not j.written)
@@ -289,7 +294,7 @@ class TraceExporter:
     def _start_threads(self) -> None:
         if self._threads:
             return
-        loops = [("write", self._write_loop)]
+        loops = [("save", self._save_loop), ("write", self._write_loop)]
         if self._worker is not None:
             loops.append(("analyse", self._analysis_loop))
         for name, loop in loops:
@@ -316,21 +321,29 @@ class TraceExporter:
         if idle and self._worker is not None:
             self._worker.close(wait=False)
 
+    def _save_loop(self) -> None:
+        while (job := self._take(self._saves)) is not None:
+            with job.save_lock:
+                trace, job.unsaved = job.unsaved, None
+                if trace is not None:
+                    try:
+                        trace.save()
+                    except BaseException as err:  # noqa: BLE001 - a thread must not die
+                        job.save_error = _reason(err)
+                        if not job.abandoned:
+                            self.problems.add("export", f"window {job.identity.window} not written: {job.save_error}")
+            with self._cond:
+                job.saved = True
+                abandoned = job.abandoned
+                self._cond.notify_all()
+            if abandoned:  # given up while Kineto's writer ran: its file goes with it
+                _remove(job.local)
+
     def _saved(self, job: _Job) -> bool:
-        """Whether the job's trace is in its local file; the first export thread to take the job saves it."""
-        with job.save_lock:
-            trace, job.unsaved = job.unsaved, None
-            if trace is not None:
-                try:
-                    trace.save()
-                except BaseException as err:  # noqa: BLE001 - a thread must not die
-                    job.save_error = _reason(err)
-                    if not job.abandoned:
-                        self.problems.add("export", f"window {job.identity.window} not written: {job.save_error}")
-                with self._cond:
-                    job.saved = True
-                    self._cond.notify_all()
-            return job.save_error is None
+        """Wait until the job's trace is in its local file (the save thread's); whether it is."""
+        with self._cond:
+            self._cond.wait_for(lambda: job.saved or job.abandoned)
+        return job.save_error is None and not job.abandoned
 
     def _write_loop(self) -> None:
         while (job := self._take(self._writes)) is not None:

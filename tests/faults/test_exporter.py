@@ -156,7 +156,7 @@ def test_a_stopped_trace_is_saved_once_by_an_export_thread_then_written(tmp_path
     assert exp.wait_saved(0.2) is False  # the first save is held at its gate
     saving.set()
     assert exp.wait_saved(10) and exp.wait(30)
-    assert [len(t.saves) for t in traces] == [1, 1] and all(t.saves[0].startswith("streamprof-") for t in traces)
+    assert [t.saves for t in traces] == [["streamprof-save"], ["streamprof-save"]]
     assert [r.window for r in exp.results] == [0]
     with gzip.open(tmp_path / "w0.pt.trace.json.gz") as f:
         assert json.load(f) == {"traceEvents": []}
@@ -166,15 +166,36 @@ def test_a_stopped_trace_is_saved_once_by_an_export_thread_then_written(tmp_path
     assert leftovers(private_tmp) == []
 
 
-def test_stopped_traces_left_unsaved_are_discarded(tmp_path, private_tmp, gate):
+def test_stopped_traces_left_unsaved_are_discarded(tmp_path, private_tmp):
     exp = TraceExporter(analyze=False, timeout=30)
     exp.skip(skipped := _Unsaved(private_tmp, 0))  # a multi-rank run's window that the store cannot take
-    exp.submit(_local(private_tmp, 1), TraceIdentity(path=str(tmp_path / "w1.pt.trace.json.gz"), window=1),
-               steps=(1, 2))  # held at the write gate: the next one waits behind it
-    exp.submit(waiting := _Unsaved(private_tmp, 2), TraceIdentity(path=str(tmp_path / "w2.pt.trace.json.gz"), window=2),
-               steps=(2, 3))
+    held = threading.Event()
+    saving = _Unsaved(private_tmp, 1, gate=held)  # Kineto's writer still at work when the stage ends
+    waiting = _Unsaved(private_tmp, 2)  # queued behind it
+    for i, trace in ((1, saving), (2, waiting)):
+        exp.submit(trace, TraceIdentity(path=str(tmp_path / f"w{i}.pt.trace.json.gz"), window=i), steps=(i, i + 1))
     assert exp.finish(0.3) is False
-    assert skipped.discarded and waiting.discarded and waiting.saves == []
-    assert leftovers(private_tmp) == []
-    gate.set()
+    assert skipped.discarded and waiting.discarded and waiting.saves == [] and not saving.discarded
+    held.set()  # the save that was running ends; its file is removed
     exp.close(5)
+    deadline = time.perf_counter() + 5
+    while leftovers(private_tmp) and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert leftovers(private_tmp) == [] and list(tmp_path.glob("w*.gz")) == []
+
+
+def test_a_save_never_waits_behind_a_slow_store(tmp_path, private_tmp, gate):
+    """The next window and a checkpoint wait for the last trace's save: that wait must not include a store that
+    hangs (the writes are held at the gate here) or an analysis."""
+    exp = TraceExporter(analyze=True, timeout=30)
+    exp.submit(_local(private_tmp, 0), TraceIdentity(path=str(tmp_path / "w0.pt.trace.json.gz"), window=0),
+               steps=(0, 1))
+    later = _Unsaved(private_tmp, 1)
+    exp.submit(later, TraceIdentity(path=str(tmp_path / "w1.pt.trace.json.gz"), window=1), steps=(1, 2))
+    start = time.perf_counter()
+    assert exp.wait_saved(5) and time.perf_counter() - start < 2
+    assert later.saves == ["streamprof-save"] and not exp.wait(0.2)  # saved, not written yet
+    gate.set()
+    assert exp.wait(30)
+    exp.close(5)
+    assert leftovers(private_tmp) == []
