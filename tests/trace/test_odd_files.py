@@ -5,7 +5,6 @@ killed by the kernel."""
 
 import os
 import re
-import resource
 import socket
 import subprocess
 import sys
@@ -18,14 +17,15 @@ FIXTURE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "
 MEMORY_LIMIT = 2 << 30  # address space of the command: the bombs below inflate to 2.5 GiB
 
 
-def _limited():
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+#: the command under the memory limit, set by the child itself: a ``preexec_fn`` forks the test process, and where
+#: an earlier test loaded gRPC (gcsfs's tests) its fork handlers abort the child ("epoll_wait error: Bad file descriptor")
+LIMITED = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_AS, ({0}, {0})); "
+           "sys.argv[0] = 'streamprof'; runpy.run_module('lightning_streamprof.cli', run_name='__main__')")
 
 
 def streamprof(*args, env=None, timeout=60):
-    return subprocess.run([sys.executable, "-m", "lightning_streamprof.cli", "analyze", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, preexec_fn=_limited,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run([sys.executable, "-c", LIMITED.format(MEMORY_LIMIT), "analyze", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def one_error_line(out, path, reason):
