@@ -92,7 +92,8 @@ class StreamProfiler(Profiler):
     warms up for ``warmup`` steps (CUPTI start-up is not recorded), then records ``active`` steps with
     Lightning's actions as ``[pl][profile]<action>`` ranges and one ``ProfilerStep#N`` range per batch
     (``N`` is the global batch index; validation inside a fit closes the open step and is not counted).
-    When the window ends the trace is handed to a background thread, which gzips it, writes it as
+    When the window ends the training thread only stops the trace; background threads have Kineto's writer save
+    it, gzip it and write it as
     ``<dirpath>/<stage>-<time>/w<window>-step<first step>/rank<global rank>.<ns>.pt.trace.json.gz``
     through a temporary name, and a worker process analyses it; :meth:`summary` shows the results.
     The files open in Perfetto, torch-tb-profiler and HTA (``distributedInfo`` is always present), with the
