@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from lightning_streamprof.profiling.problems import Problems
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.schedule import OverheadBudget, StepBaseline, WindowSchedule
 from lightning_streamprof.profiling.session import KinetoSession
@@ -247,3 +248,27 @@ def test_the_first_windows_cost_is_split_where_it_was_paid():
                          first_window_seconds=budget.first_window_cost, first_window_parts=parts)
     assert ("(0.07 s here: 0.02 s Kineto's set-up, start and stop in the training thread, 0.03 s slower warm-up and"
             " recorded steps, 0.02 s steps while its trace was saved, analysed and written)") in cost.sentence()
+
+
+def test_a_save_that_does_not_end_leaves_the_next_window_unrecorded_with_a_reason():
+    class StuckExporter(FakeExporter):
+        timeout = 0.01
+
+        def __init__(self, costs):
+            super().__init__(costs)
+            self.problems = Problems()
+
+        def wait_saved(self, timeout) -> bool:
+            return not self.submitted  # the first window's save never ends
+
+    costs, clock = Costs(), Clock()
+    exporter = StuckExporter(costs)
+    schedule = WindowSchedule(skip_first=2, warmup=1, active=1, every=4)
+    recorder = WindowRecorder(schedule, OverheadBudget(None), exporter, lambda: FakeSession(clock, costs),
+                              lambda: 0, run_name="run", run_dir="/nowhere", rank=0, world_size=1, clock=clock)
+    for _ in range(14):
+        recorder.step_boundary(lambda: 0)
+        clock.advance(BASE)
+    assert len(exporter.submitted) == 1
+    assert exporter.problems.drain() == ["a window was not recorded: the previous window's trace was still being"
+                                         " saved after 0.01 s"]

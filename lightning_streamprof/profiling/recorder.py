@@ -213,7 +213,9 @@ class WindowRecorder:
     def _open_session(self) -> KinetoSession | Unrecorded:
         """The window's Kineto session, or :class:`Unrecorded` while another session holds Kineto (an earlier
         window's trace still being saved is waited for: that takes a fraction of a step)."""
-        self.exporter.wait_saved(self.exporter.timeout)
+        if not self.exporter.wait_saved(self.exporter.timeout):
+            return self._unrecorded(SessionBusy(f"the previous window's trace was still being saved after"
+                                                f" {self.exporter.timeout:g} s"))
         try:
             return self._new_session()
         except SessionBusy as err:
