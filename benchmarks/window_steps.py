@@ -1,8 +1,12 @@
 """Where a window's cost falls: each step's time by its place around the windows, and the CPU time of the training
-process's threads and of the analysis worker, with StreamProfiler as it is, without its analysis worker, and
-without a profiler; the budget's charged cost beside the slowdown measured from outside.
+process's threads and of the analysis worker, with StreamProfiler as it is, without its analysis worker, with all
+recording options (``full``) and without a profiler; the budget's charged cost beside the slowdown measured from
+outside.
 
     python benchmarks/window_steps.py --steps 620 --every 60 --rounds 3
+    python benchmarks/window_steps.py --configs none,streamprof,full --tag cpu-20261201-saver
+
+``none`` must be among ``--configs`` (the other configurations are measured against it).
 
 The frozen-backbone segmentation workload (``examples/workloads.py``) trains in this process, a window (2 warm-up,
 3 recorded steps) every ``--every`` steps from step 20 (``max_overhead=None``, so that every run has the same
@@ -80,7 +84,8 @@ def run(config: str, args: argparse.Namespace) -> dict:
     out = tempfile.mkdtemp(prefix="window-steps-")
     kw = dict(dirpath=out, skip_first=SKIP, warmup=WARMUP, active=ACTIVE, every=args.every, max_overhead=None)
     profiler = {"none": None, "streamprof": lambda: StreamProfiler(**kw),
-                "noanalysis": lambda: StreamProfiler(analyze=False, **kw)}[config]
+                "noanalysis": lambda: StreamProfiler(analyze=False, **kw),
+                "full": lambda: StreamProfiler(with_stack=True, profile_memory=True, record_shapes=True, **kw)}[config]
     profiler = profiler() if profiler else None
     clock = Clock()
     trainer = L.Trainer(max_steps=args.steps, accelerator="cpu", devices=1, profiler=profiler, callbacks=[clock],
@@ -119,9 +124,11 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--tag", default=None)
+    p.add_argument("--configs", default="none,streamprof,noanalysis",
+                   help="of none, streamprof, noanalysis, full (with_stack, profile_memory, record_shapes)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    configs = ["none", "streamprof", "noanalysis"]
+    configs = args.configs.split(",")
     runs = []
     for r in range(args.rounds):
         for config in configs if r % 2 == 0 else configs[::-1]:
