@@ -130,6 +130,7 @@ class _Unsaved:
         self.local = str(directory / f"streamprof-{i}.pt.trace.json")
         open(self.local, "w").close()
         self.fail, self.gate, self.saves, self.discarded = fail, gate, [], False
+        self.done = threading.Event()
 
     def save(self):
         self.saves.append(threading.current_thread().name)
@@ -140,6 +141,7 @@ class _Unsaved:
             raise RuntimeError("Kineto wrote nothing")
         with open(self.local, "w") as f:
             f.write('{"traceEvents": []}')
+        self.done.set()
 
     def discard(self):
         self.discarded = True
@@ -178,8 +180,9 @@ def test_stopped_traces_left_unsaved_are_discarded(tmp_path, private_tmp):
     assert skipped.discarded and waiting.discarded and waiting.saves == [] and not saving.discarded
     held.set()  # the save that was running ends; its file is removed
     exp.close(5)
+    assert saving.done.wait(5)
     deadline = time.perf_counter() + 5
-    while leftovers(private_tmp) and time.perf_counter() < deadline:
+    while leftovers(private_tmp) and time.perf_counter() < deadline:  # removed right after the writer returns
         time.sleep(0.01)
     assert leftovers(private_tmp) == [] and list(tmp_path.glob("w*.gz")) == []
 

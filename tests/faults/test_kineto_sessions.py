@@ -42,7 +42,9 @@ def _recorded_span(trace):
 def test_two_trainers_in_two_threads(tmp_path):
     result = run_program("threads", tmp_path)
     assert result["errors"] == []
-    assert all(n >= 1 for n in result["windows"])
+    # both schedules place a window at the same steps: each of the 6 goes to whichever trainer prepares it first
+    # (one of them may win all of them), the other's is refused with a warning
+    assert sum(result["windows"]) >= 3
     busy = [w for w in result["warnings"] if "another StreamProfiler is recording in this process" in w]
     assert 1 <= len(busy) <= 2  # at most one per profiler
     # on a loaded machine a window may also be skipped while an earlier trace is still being written
