@@ -47,8 +47,10 @@ def test_two_trainers_in_two_threads(tmp_path):
     assert sum(result["windows"]) >= 3
     busy = [w for w in result["warnings"] if "another StreamProfiler is recording in this process" in w]
     assert 1 <= len(busy) <= 2  # at most one per profiler
-    # on a loaded machine a window may also be skipped while an earlier trace is still being written
-    assert all(w in busy or "earlier traces are still being written" in w for w in result["warnings"]), result
+    # on a loaded machine a window may also be skipped while an earlier trace is still being written, or left
+    # unanalysed when the analysis falls behind
+    load = ("earlier traces are still being written", "analysis fell behind training")
+    assert all(w in busy or any(s in w for s in load) for w in result["warnings"]), result
     spans = []
     for path in result["paths"]:
         trace = load_trace(path)
