@@ -16,6 +16,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_streamprof import StreamPipeline
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from program_exit import leave_after_distributed_run  # noqa: E402
+
 WIDTH, STEPS = 64, 12
 
 
@@ -91,11 +94,4 @@ if __name__ == "__main__":
                    "report": callbacks[0].report() if callbacks else None,
                    "warnings": [str(w.message) for w in caught if "StreamPipeline" in str(w.message)]}, f)
     print(f"rank {trainer.global_rank} done", flush=True)
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()  # every rank's result is written
-        torch.distributed.destroy_process_group()
-    # the store's and gloo's threads racing the interpreter's teardown abort a finished process now and then
-    # ("terminate called without an active exception"): the results are written, so leave without the teardown
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_after_distributed_run()

@@ -10,10 +10,11 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 import lightning as L  # noqa: E402
 from pipeline_models import Net, loader  # noqa: E402
+from program_exit import leave_after_distributed_run  # noqa: E402
 
 from lightning_streamprof import StreamPipeline  # noqa: E402
 from lightning_streamprof.pipeline import callback as pipeline_callback  # noqa: E402
@@ -37,3 +38,4 @@ if __name__ == "__main__":
                    "steps": trainer.global_step, "staged": staged,
                    "auto": [{"ms": {w.key: v for w, v in m.ms.items()}, "choice": m.choice.key} for m in callbacks[0]._auto.history] if mode == "auto" else None},
                   f)
+    leave_after_distributed_run()
