@@ -1,5 +1,7 @@
 """Small Lightning programs shared by the tests."""
 
+import time
+
 import lightning as L
 import torch
 from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
@@ -12,6 +14,17 @@ class TinyModel(BoringModel):
 
     def val_dataloader(self):
         return DataLoader(RandomDataset(32, 8), batch_size=2)
+
+
+class Paced(L.Callback):
+    """Each training step lasts ``seconds`` longer: windows a few steps apart then meet an export that is done, as
+    in real training, rather than one still running (which skips the window, as it should) on a loaded machine."""
+
+    def __init__(self, seconds: float = 0.01) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_end(self, *args) -> None:
+        time.sleep(self.seconds)
 
 
 def fit(profiler, tmp_path, max_steps=30, accelerator="cpu", model=None, **trainer_kwargs):

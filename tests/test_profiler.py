@@ -5,7 +5,7 @@ import fsspec
 import pytest
 import torch
 from traces_on_disk import TB_PATTERN, load_trace, step_numbers, trace_files
-from helpers import fit
+from helpers import Paced, fit
 
 from lightning_streamprof import StreamProfiler
 from lightning_streamprof.profiling.schedule import WindowSchedule
@@ -13,7 +13,7 @@ from lightning_streamprof.profiling.schedule import WindowSchedule
 
 def test_sampled_windows_written_per_schedule(tmp_path):
     prof = StreamProfiler(dirpath=tmp_path / "traces", skip_first=4, warmup=1, active=2, every=10, max_overhead=None)
-    trainer = fit(prof, tmp_path, max_steps=40)
+    trainer = fit(prof, tmp_path, max_steps=40, callbacks=[Paced()])
     assert trainer.global_step == 40
     files = trace_files(tmp_path / "traces")
     expected = WindowSchedule(skip_first=4, warmup=1, active=2, every=10).windows_until(40)
@@ -132,7 +132,7 @@ def test_overhead_budget_spaces_windows(tmp_path):
     tight = StreamProfiler(dirpath=tmp_path / "a", skip_first=2, warmup=1, active=2, every=6, max_overhead=1e-4)
     fit(tight, tmp_path, max_steps=60)
     free = StreamProfiler(dirpath=tmp_path / "b", skip_first=2, warmup=1, active=2, every=6, max_overhead=None)
-    fit(free, tmp_path, max_steps=60)
+    fit(free, tmp_path, max_steps=60, callbacks=[Paced()])
     assert len(tight.windows) == 1
     assert len(free.windows) == len(WindowSchedule(2, 1, 2, 6).windows_until(60))
     assert tight.overhead_seconds > 0
