@@ -3,7 +3,8 @@ gzip (isal), write through a temporary name.
 
 Three daemon threads. One has Kineto's writer save each stopped trace to a local file, in order and at once (so that
 the training thread only stops the session, and a next window or a checkpoint that waits for the save never waits
-behind a slow store or analysis); the others start on a window once it is saved. One has each trace analysed in the worker process, one writes each trace to its target.
+behind a slow store or analysis); the others start on a window once it is saved: one has each trace analysed in the
+worker process, one writes each trace to its target.
 A trace that recorded device work is analysed, given its counter track and gzipped in the worker process, and
 written once that is done; the write waits for it at most ``timeout`` seconds (then the trace is gzipped here,
 without the track, and the analysis still reaches the results when it ends). A trace without device work gets no
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import threading
 import weakref
 from collections import deque
@@ -30,7 +30,7 @@ from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline
 from lightning_streamprof.profiling.postprocess import gzipped_trace
 from lightning_streamprof.profiling.problems import Problems
 from lightning_streamprof.profiling.run_dir import make_fresh_dir
-from lightning_streamprof.profiling.storage import ensure_dir, write_atomic
+from lightning_streamprof.profiling.storage import ensure_dir, remove_local, write_atomic
 from lightning_streamprof.profiling.worker import AnalysisError, AnalysisWorker
 from lightning_streamprof.report.metrics import headline_metrics
 from lightning_streamprof.results import Result, TraceIdentity
@@ -95,7 +95,6 @@ class _Job:
     unsaved: UnsavedTrace | None = field(default=None, repr=False)  # Kineto's results, until saved to ``local``
     saved: bool = True  # nothing more to save (saved, failed or discarded)
     save_error: str | None = None
-    save_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 class TraceExporter:
@@ -185,7 +184,7 @@ class TraceExporter:
         is not :attr:`accepting`: a multi-rank run records the same windows on every rank, so its recorder skips a
         window here, after recording it, rather than before."""
         if isinstance(trace, str):
-            _remove(trace)
+            remove_local(trace)
         else:
             trace.discard()
         self.skipped()
@@ -206,7 +205,7 @@ class TraceExporter:
             if self._closed:
                 if unsaved is not None:
                     unsaved.discard()
-                _remove(local)
+                remove_local(local)
                 return
             self._start_threads()
             job = _Job(local, identity, steps, global_step, device=device_work, analysed=self._worker is None,
@@ -249,20 +248,16 @@ class TraceExporter:
             self._analyses.clear()
             unwritten = sum(1 for j in pending if not j.written)
             unanalysed = sum(1 for j in pending if j.written and not j.analysed)
+            unsaved = [job.unsaved for job in pending if job.unsaved is not None]  # not those the save thread has
             for job in pending:
                 job.abandoned = job.written = job.analysed = True
-                job.gz = None
+                job.gz = job.unsaved = None
             idle = self._closed
             self._cond.notify_all()
+        for trace in unsaved:
+            trace.discard()
         for job in pending:
-            if job.unsaved is not None and job.save_lock.acquire(blocking=False):  # not while its save runs
-                try:
-                    if job.unsaved is not None:
-                        job.unsaved.discard()
-                        job.unsaved = None
-                finally:
-                    job.save_lock.release()
-            _remove(job.local)
+            remove_local(job.local)
         if unwritten:
             self.problems.add("abandoned", f"{unwritten} window(s) not written within {timeout:g} s; abandoned")
         if unanalysed:
@@ -314,7 +309,7 @@ class TraceExporter:
         with self._cond:
             if not (job.written and job.analysed) or job not in self._jobs:
                 return
-            _remove(job.local)  # before a waiter sees the window finished
+            remove_local(job.local)  # before a waiter sees the window finished
             self._jobs.remove(job)
             idle = self._closed and not self._jobs
             self._cond.notify_all()
@@ -323,21 +318,21 @@ class TraceExporter:
 
     def _save_loop(self) -> None:
         while (job := self._take(self._saves)) is not None:
-            with job.save_lock:
+            with self._cond:  # the trace is this thread's from here on, or finish() has discarded it
                 trace, job.unsaved = job.unsaved, None
-                if trace is not None:
-                    try:
-                        trace.save()
-                    except BaseException as err:  # noqa: BLE001 - a thread must not die
-                        job.save_error = _reason(err)
-                        if not job.abandoned:
-                            self.problems.add("export", f"window {job.identity.window} not written: {job.save_error}")
+            if trace is not None:
+                try:
+                    trace.save()
+                except BaseException as err:  # noqa: BLE001 - a thread must not die
+                    job.save_error = _reason(err)
+                    if not job.abandoned:
+                        self.problems.add("export", f"window {job.identity.window} not written: {job.save_error}")
             with self._cond:
                 job.saved = True
                 abandoned = job.abandoned
                 self._cond.notify_all()
             if abandoned:  # given up while Kineto's writer ran: its file goes with it
-                _remove(job.local)
+                remove_local(job.local)
 
     def _saved(self, job: _Job) -> bool:
         """Wait until the job's trace is in its local file (the save thread's); whether it is."""
@@ -479,8 +474,3 @@ def _reason(err: BaseException) -> str:
     return describe(err)
 
 
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass

@@ -109,8 +109,8 @@ class StreamProfiler(Profiler):
     of the training time: in :meth:`summary`, the HTML report and ``streamprof/overhead`` (TensorBoard). With
     ``max_overhead`` set, a window is moved to a later grid point until the cost of all windows stays within
     three quarters of ``max_overhead`` of the training time so far (a margin for what a window's cost varies by).
-    The default (``every=None``) samples as often as that
-    budget allows, so long runs get many windows and short runs few. A window that records the device has Kineto
+    The default (``every=None``) samples as often as that budget allows, so long runs get many windows and short
+    runs few. A window that records the device has Kineto
     detach CUPTI at its end (``TEARDOWN_CUPTI=1``, from CUDA 12.6), so that the steps between windows run as fast
     as without a profiler; where CUPTI must stay attached, one warning says so.
 

@@ -201,8 +201,8 @@ class WindowRecorder:
             self._step_range.__enter__()
 
     def _call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, its seconds kept in :attr:`first_window_calls` until the first window has stopped."""
-        if self._windows_done or "stop" in self.first_window_calls:
+        """``fn(*args)``, its seconds kept in :attr:`first_window_calls` until the first window has ended."""
+        if self._windows_done:
             return fn(*args)
         t0 = self._clock()
         try:

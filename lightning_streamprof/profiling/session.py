@@ -20,6 +20,8 @@ from typing import Any, Literal
 import orjson
 import torch
 
+from lightning_streamprof.profiling.storage import remove_local
+
 log = logging.getLogger(__name__)
 
 Activity = Literal["cpu", "cuda"]
@@ -201,7 +203,7 @@ class StoppedTrace:
                 _check_complete(self.local)
             except BaseException:
                 del results  # Kineto's writer keeps "<name>.tmp" open until then: space stays taken
-                _remove_quietly(self.local, self.local + ".tmp")
+                remove_local(self.local, self.local + ".tmp")
                 raise
             finally:
                 _KINETO.release()
@@ -213,25 +215,19 @@ class StoppedTrace:
                 return
             self._results = None
             _KINETO.release()
-        _remove_quietly(self.local)
+        remove_local(self.local)
 
     def __del__(self) -> None:
         """A stopped trace dropped unsaved does not keep Kineto claimed."""
         if getattr(self, "_results", None) is not None:
             self._results = None
             _KINETO.release()
-            _remove_quietly(self.local)
+            remove_local(self.local)
 
 
 def _write_results(results: Any, path: str) -> None:
     """Kineto's own writer: the Chrome trace JSON of ``results`` (``torch.profiler``'s ``export_chrome_trace``)."""
     results.save(path)
-
-
-def _remove_quietly(*paths: str) -> None:
-    for path in paths:
-        with contextlib.suppress(OSError):
-            os.remove(path)
 
 
 #: Kineto's log level above all of its messages (its levels go up to 5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from typing import Any
 
@@ -51,3 +52,10 @@ def write_atomic(path: str, data: bytes, make_parents: bool = True) -> None:
 def read_bytes(path: str) -> bytes:
     with fsspec.open(str(path), "rb") as f:
         return f.read()
+
+
+def remove_local(*paths: str) -> None:
+    """Remove local files (temporary traces), each if it is there."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.remove(path)
