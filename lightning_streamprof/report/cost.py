@@ -46,14 +46,14 @@ class ProfilingCost:
         text = (f"Profiling cost {100 * self.fraction:.1f}% of the training time ({self.seconds:.2f} s of "
                 f"{self.training_seconds:.2f} s, {windows}): measured as {HOW_MEASURED}.")
         if self.over_budget:
-            first = f" ({self.first_window_seconds:.2f} s here{self._parts()})" if self.first_window_seconds is not None else ""
+            first = self.first_window_seconds
+            here = f" ({first:.2f} s here{self._parts()})" if first is not None else ""
             text += (f" That is above max_overhead ({100 * self.max_overhead:g}%): the first window is recorded"
-                     f" whatever it costs{first}, since nothing is known of a window's cost before one ran, and"
+                     f" whatever it costs{here}, since nothing is known of a window's cost before one ran, and"
                      " this run was too short to absorb it; the windows after it waited for the budget.")
-            if self.first_window_seconds:
-                needed = self.first_window_seconds / self.max_overhead
-                text += (f" A run of {needed:.0f} s of training or more holds such a window within max_overhead"
-                         f" (this one trained {self.training_seconds:.0f} s).")
+            if first:
+                text += (f" A run of {first / self.max_overhead:.0f} s of training or more holds such a window within"
+                         f" max_overhead (this one trained {self.training_seconds:.0f} s).")
         if self.end_seconds is not None and self.end_seconds >= 0.005:
             text += (f" The end of the stage took {self.end_seconds:.2f} s more for the last window's export and"
                      " the report.")
