@@ -11,7 +11,8 @@ Workloads (``name:batch[:precision]``; ``overhead_run.py`` has them): ``vit``, a
 (host-bound at batch 64 in bf16-mixed on an H200), and ``seg``, the seed's frozen-backbone segmentation on resident
 data (GPU-bound at batch 32). A round runs every configuration due once per workload, the order reversed every other
 round and the workloads' order too, so that the host's drift falls on all alike; ``--rounds`` rounds hold the core
-configurations (``--configs``), the first ``--extra-rounds`` also the others (``--extra-configs``).
+configurations (``--configs``), the first ``--extra-rounds`` also the others (``--extra-configs``; the last ones
+with ``--extras-last``).
 
 Each run is one line of ``<out>/profiler_overhead-<tag>.jsonl``, written as it ends (machine, date, command and code
 version with it); ``<out>/profiler_overhead-<tag>.md`` is rewritten after each. A later call with the same file
@@ -70,14 +71,16 @@ def load(path: str) -> list[dict]:
 
 
 def plan(rows: list[dict], workloads: list[tuple[str, int, str]], configs: list[str], extras: list[str],
-         rounds: int, extra_rounds: int) -> list[tuple[int, tuple[str, int, str], str]]:
-    """The runs still missing, in order: ``(round, workload, config)``."""
+         rounds: int, extra_rounds: int, extras_last: bool = False) -> list[tuple[int, tuple[str, int, str], str]]:
+    """The runs still missing, in order: ``(round, workload, config)``; the extra configurations in the first
+    ``extra_rounds`` rounds, or in the last ones with ``extras_last``."""
+    extra = range(rounds - extra_rounds, rounds) if extras_last else range(extra_rounds)
     done = {(r["round"], r["workload"], r["config"]) for r in rows if "rate" in r}
     todo = []
     for rnd in range(rounds):
         order = workloads if rnd % 2 == 0 else workloads[::-1]
         for spec in order:
-            due = configs + (extras if rnd < extra_rounds else [])
+            due = configs + (extras if rnd in extra else [])
             for config in (due if rnd % 2 == 0 else due[::-1]):
                 if (rnd, workload_key(*spec), config) not in done:
                     todo.append((rnd, spec, config))
@@ -215,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--extra-rounds", type=int, default=3, help="rounds that also run the extra configurations")
     p.add_argument("--configs", default="none,streamprof")
     p.add_argument("--extra-configs", default="streamprof-full,pytorch")
+    p.add_argument("--extras-last", action="store_true", help="the extra configurations in the last rounds")
     p.add_argument("--image-size", type=int, default=None, help="default: 224 (vit), 256 (seg)")
     p.add_argument("--arch", default="vit_small_patch16_224", help="the timm model of the vit workload")
     p.add_argument("--workers", type=int, default=4, help="DataLoader workers")
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
             "steps": args.steps}
     workloads = parse_workloads(args.workloads)
     todo = plan(rows, workloads, args.configs.split(","), [c for c in args.extra_configs.split(",") if c],
-                args.rounds, args.extra_rounds)
+                args.rounds, args.extra_rounds, args.extras_last)
     print(f"profiler_overhead: {len(rows)} runs in {path}, {len(todo)} to go", flush=True)
     took: dict[tuple[str, str], float] = {}
     for r in rows:

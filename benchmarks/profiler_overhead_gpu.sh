@@ -11,8 +11,12 @@ source benchmarks/gpu_env.sh
 # the series of the code since the trace is saved off the training thread and windows are planned within 3/4 of the
 # budget (h200-overhead: the series before, code 9e0f7a9-8793b3e)
 tag=${TAG:-h200-overhead-b}
+# EXTRAS_LAST=--extras-last puts the extra configurations (EXTRA_CONFIGS, "" for none) in the last 3 rounds;
+# ROUNDS=N stops this call at round N
+EXTRAS_LAST=${EXTRAS_LAST:-}
 timeout ${RUNS_TIMEOUT:-450} python benchmarks/profiler_overhead.py --workloads vit:64:bf16,seg:32 --steps 2000 \
-  --rounds 7 --extra-rounds 3 --workers 4 --time-limit ${TIME_LIMIT:-400} --run-timeout 200 --out $OUT --tag $tag \
+  --rounds ${ROUNDS:-7} --extra-rounds 3 --extra-configs "${EXTRA_CONFIGS-streamprof-full,pytorch}" $EXTRAS_LAST \
+  --workers 4 --time-limit ${TIME_LIMIT:-400} --run-timeout 200 --out $OUT --tag $tag \
   --resume benchmarks/results/profiler_overhead-$tag.jsonl > $o/overhead.log 2>&1
 echo "profiler_overhead exit $?"
 cp $o/overhead.log $OUT/profiler_overhead-$tag.log 2>/dev/null
