@@ -33,8 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ({"activities": []}, ValueError, "`activities` must be a list of names"),
     ({"row_limit": -1}, ValueError, "`row_limit` must be an integer >= 1, got -1"),
     ({"compress_level": 4}, ValueError, "`compress_level` must be an integer in 0..3, got 4"),
-    ({"max_overhead": 1.5}, ValueError, "`max_overhead` must be a number > 0 and < 1 or None, got 1.5"),
-    ({"max_overhead": "2%"}, TypeError, "`max_overhead` must be a number > 0 and < 1 or None, got '2%' (str)"),
+    ({"max_overhead": 1.5}, ValueError, '`max_overhead` must be "auto", a number > 0 and < 1 or None, got 1.5'),
+    ({"max_overhead": "2%"}, TypeError, '`max_overhead` must be "auto", a number > 0 and < 1 or None, got \'2%\' (str)'),
     ({"timeout": float("nan")}, ValueError, "`timeout` must be a number > 0, got nan"),
     ({"timeout": 0}, ValueError, "`timeout` must be a number > 0, got 0"),
     ({"gather_timeout": -1.0}, ValueError, "`gather_timeout` must be a number > 0, got -1.0"),
@@ -56,6 +56,15 @@ def test_right_arguments_of_other_spellings_are_taken(tmp_path):
                           timeout=5, every=10)
     assert prof.schedule.active == 2 and type(prof.schedule.active) is int
     assert prof.activities == ["cpu"] and prof.timeout == 5.0 and os.fspath(prof.dirpath) == str(tmp_path)
+
+
+@pytest.mark.parametrize("options, budget", [
+    ({}, 0.01), ({"with_flops": True}, 0.01), ({"with_stack": True}, 0.02), ({"profile_memory": True}, 0.02),
+    ({"record_shapes": True, "max_overhead": "auto"}, 0.02), ({"with_stack": True, "max_overhead": 0.005}, 0.005),
+    ({"with_stack": True, "max_overhead": None, "every": 10}, None),
+])
+def test_auto_budget_is_1_percent_and_2_with_the_options_that_slow_every_operator(options, budget):
+    assert StreamProfiler(**options).max_overhead == budget
 
 
 def test_window_schedule_names_the_parameter():

@@ -103,4 +103,5 @@ def test_a_cost_above_the_budget_says_why():
             " max_overhead (this one trained 32 s).") in over.sentence()
     within = ProfilingCost(seconds=0.2, training_seconds=32.0, windows=1, max_overhead=0.01)
     assert not within.over_budget and "above max_overhead" not in within.sentence()
+    assert within.sentence().endswith("own time in the training thread. Within max_overhead (1%).")
     assert not ProfilingCost(seconds=0.49, training_seconds=32.0, windows=1).over_budget  # no budget

@@ -12,7 +12,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import Profiler
@@ -129,7 +129,9 @@ class StreamProfiler(Profiler):
         every: Steps between window starts; ``0`` records a single window; ``None`` places windows as
             often as ``max_overhead`` allows.
         repeat: Maximum number of windows, ``0`` for no limit.
-        max_overhead: Budget for the profiler's share of training time (``0.01`` = 1%, the default), or ``None``.
+        max_overhead: Budget for the profiler's share of training time (``0.01`` = 1%), or ``None``. ``"auto"``
+            (the default): 1%, and 2% with ``record_shapes``, ``profile_memory`` or ``with_stack``, whose windows
+            cost about three times as much.
         record_shapes: Record operator input shapes.
         profile_memory: Record allocations and frees (memory view).
         with_stack: Record Python source locations (hot source lines).
@@ -184,7 +186,7 @@ class StreamProfiler(Profiler):
         active: int = 3,
         every: int | None = None,
         repeat: int = 0,
-        max_overhead: float | None = 0.01,
+        max_overhead: float | Literal["auto"] | None = "auto",
         record_shapes: bool = False,
         profile_memory: bool = False,
         with_stack: bool = False,

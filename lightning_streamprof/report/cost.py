@@ -54,6 +54,8 @@ class ProfilingCost:
             if first:
                 text += (f" A run of {first / self.max_overhead:.0f} s of training or more holds such a window within"
                          f" max_overhead (this one trained {self.training_seconds:.0f} s).")
+        elif self.max_overhead is not None:
+            text += f" Within max_overhead ({100 * self.max_overhead:g}%)."
         if self.end_seconds is not None and self.end_seconds >= 0.005:
             text += (f" The end of the stage took {self.end_seconds:.2f} s more for the last window's export and"
                      " the report.")
