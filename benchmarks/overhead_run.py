@@ -11,6 +11,8 @@ label maps, so that the loader keeps up and the GPU sets the pace), ``batch``, `
 - ``streamprof``: ``Trainer(profiler="streamprof")``, the default as users turn it on;
 - ``streamprof-full``: ``StreamProfiler(with_stack=True, profile_memory=True, record_shapes=True)``;
 - ``streamprof-noanalysis``: ``StreamProfiler(analyze=False)`` (the export without the worker's analysis);
+- ``streamprof-idle``: ``StreamProfiler(skip_first=10**9)``, the profiler, its threads and its worker in the run but
+  no window (what its presence alone does to the steps);
 - ``pytorch``: Lightning's ``PyTorchProfiler()`` with its defaults.
 
 The rate is steps per second from step 10 to the end of training (``on_train_end``, the device synchronised); the
@@ -107,6 +109,8 @@ def make_profiler(config: str, out: str):
         return StreamProfiler(with_stack=True, profile_memory=True, record_shapes=True)
     if config == "streamprof-noanalysis":
         return StreamProfiler(analyze=False)
+    if config == "streamprof-idle":
+        return StreamProfiler(skip_first=10**9)
     if config == "pytorch":
         return PyTorchProfiler(dirpath=out, filename="pt")
     raise SystemExit(f"overhead_run: unknown config {config!r}")
