@@ -48,6 +48,10 @@ def test_pending_windows_are_abandoned_without_temporary_files(tmp_path, private
     gate.set()
     assert exp.wait(5)
     exp.close(1)
+    # the write that was under way when its window was abandoned ends on its own thread: no temporary file after it
+    deadline = time.monotonic() + 5
+    while leftovers(private_tmp, tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert leftovers(private_tmp, tmp_path) == []
 
 
@@ -202,3 +206,51 @@ def test_a_save_never_waits_behind_a_slow_store(tmp_path, private_tmp, gate):
     assert exp.wait(30)
     exp.close(5)
     assert leftovers(private_tmp) == []
+
+
+EXIT_DURING_WRITE = r"""
+import sys, threading
+from lightning_streamprof.profiling import storage
+
+real = storage.filesystem
+started = threading.Event()
+
+
+class Stuck:
+    def __init__(self, f):
+        self.f = f
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.f.close()
+    def write(self, data):
+        self.f.write(data[:10])
+        self.f.flush()
+        started.set()
+        threading.Event().wait()  # the write never ends: the program exits under it
+
+
+class Fs:
+    def __init__(self, fs):
+        self.fs = fs
+    def __getattr__(self, name):
+        return getattr(self.fs, name)
+    def open(self, path, mode):
+        return Stuck(self.fs.open(path, mode))
+
+
+storage.filesystem = lambda path: (Fs(real(path)[0]), real(path)[1])
+threading.Thread(target=storage.write_atomic, args=(sys.argv[1], b"x" * 100), daemon=True).start()
+assert started.wait(30)
+print("exiting", flush=True)
+"""
+
+
+def test_a_write_under_way_at_exit_leaves_no_temporary_file(tmp_path):
+    import subprocess
+
+    target = tmp_path / "w0.pt.trace.json.gz"
+    out = subprocess.run([sys.executable, "-c", EXIT_DURING_WRITE, str(target)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and "exiting" in out.stdout, out.stderr
+    assert leftovers(tmp_path) == [] and not target.exists()
