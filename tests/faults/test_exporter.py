@@ -52,7 +52,16 @@ def test_pending_windows_are_abandoned_without_temporary_files(tmp_path, private
     deadline = time.monotonic() + 5
     while leftovers(private_tmp, tmp_path) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert leftovers(private_tmp, tmp_path) == []
+    assert leftovers(private_tmp, tmp_path) == [], _streamprof_threads()
+
+
+def _streamprof_threads():
+    """Where the exporter's threads are (for a failure's message)."""
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(f"{names.get(ident)}:\n{''.join(traceback.format_stack(frame)[-6:])}"
+                     for ident, frame in sys._current_frames().items() if "streamprof" in str(names.get(ident)))
 
 
 def test_release_never_waits_and_pending_work_still_finishes(tmp_path, private_tmp, gate):
