@@ -131,7 +131,7 @@ class StreamProfiler(Profiler):
         repeat: Maximum number of windows, ``0`` for no limit.
         max_overhead: Budget for the profiler's share of training time (``0.01`` = 1%), or ``None``. ``"auto"``
             (the default): 1%, and 2% with ``record_shapes``, ``profile_memory`` or ``with_stack``, whose windows
-            cost about three times as much.
+            cost two to three times as much.
         record_shapes: Record operator input shapes.
         profile_memory: Record allocations and frees (memory view).
         with_stack: Record Python source locations (hot source lines).

@@ -13,7 +13,7 @@ OWNER = "StreamProfiler"
 ACTIVITIES = ("cpu", "cuda")
 _BOOLS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "analyze")
 #: ``max_overhead="auto"``: 1% of the training time, 2% with a recording option that slows every recorded operator
-#: (one window of them costs about three times as much: on an H200 0.12 s against 0.41 s, ``benchmarks/results``)
+#: (one window of them costs two to three times as much: on an H200 0.29 s against 0.14 s, ``benchmarks/results``)
 AUTO_OVERHEAD = 0.01
 DETAILED_OVERHEAD = 0.02
 DETAILED_OPTIONS = ("record_shapes", "profile_memory", "with_stack")
