@@ -39,6 +39,20 @@ def test_run_names_are_unique_within_a_millisecond():
     assert len(names) == 1000 and all(n.startswith("fit-") and ".123-" in n for n in names)
 
 
+def test_a_forked_process_names_runs_apart_from_its_parent():
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(2) as pool:
+        children = pool.starmap(_names, [(200,), (200,)])
+    mine = _names(200)
+    assert len(set(mine) | set(children[0]) | set(children[1])) == 600
+
+
+def _names(n):
+    return [new_run_name("fit", now=1_700_000_000.123) for _ in range(n)]
+
+
 def test_an_existing_run_directory_is_never_reused(tmp_path):
     (tmp_path / "fit-taken").mkdir()
     names = iter(["fit-taken", "fit-free"])
