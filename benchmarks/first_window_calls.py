@@ -49,15 +49,6 @@ def child(spec: dict) -> dict:
     return dict(prof._recorder.first_window_calls)
 
 
-def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Intercept and slope of the least-squares line through ``points``."""
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
-    return my - slope * mx, slope
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--active", default="1,2,3,5")
@@ -122,7 +113,7 @@ def render(rows: list[dict], meta: dict) -> str:
     for config in dict.fromkeys(r["config"] for r in ok):
         points = [(r["active"], 1e3 * r["calls"].get("stop", 0.0)) for r in ok if r["config"] == config]
         if len({x for x, _ in points}) > 1:
-            fixed, per_step = fit_line(points)
+            per_step, fixed = statistics.linear_regression([x for x, _ in points], [y for _, y in points])
             lines.append(f"- {config}: Kineto's stop costs {fixed:.1f} ms + {per_step:.1f} ms per recorded step "
                          f"(least squares over {len(points)} runs)")
     errors = [r for r in rows if "error" in r]

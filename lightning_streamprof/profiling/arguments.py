@@ -37,8 +37,10 @@ def check_int(owner: str, name: str, value: Any, minimum: int, maximum: int | No
 
 
 def check_number(owner: str, name: str, value: Any, *, above: float | None = None, at_least: float | None = None,
-                 below: float | None = None, at_most: float | None = None, optional: bool = False) -> float | None:
-    """``value`` as a finite ``float`` within the given bounds (``None`` allowed when ``optional``)."""
+                 below: float | None = None, at_most: float | None = None, optional: bool = False,
+                 also: str | None = None) -> float | None:
+    """``value`` as a finite ``float`` within the given bounds (``None`` allowed when ``optional``); ``also`` names
+    a value the caller takes besides numbers, for the message."""
     if value is None and optional:
         return None
     bounds = [(sign, test, bound) for sign, test, bound in
@@ -46,6 +48,7 @@ def check_number(owner: str, name: str, value: Any, *, above: float | None = Non
                ("<=", operator.le, at_most)) if bound is not None]
     what = " and ".join([f"a number {bounds[0][0]} {bounds[0][2]:g}" if bounds else "a number",
                          *(f"{sign} {bound:g}" for sign, _, bound in bounds[1:])]) + (" or None" if optional else "")
+    what = f"{also}, {what}" if also else what
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise _fail(TypeError, owner, name, what, value)
     number = float(value)

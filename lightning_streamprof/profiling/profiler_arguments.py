@@ -23,10 +23,7 @@ def _max_overhead(a: SimpleNamespace) -> float | None:
     """``max_overhead`` as a fraction or ``None``; ``"auto"`` by the recording options."""
     if isinstance(a.max_overhead, str) and a.max_overhead == "auto":
         return DETAILED_OVERHEAD if any(getattr(a, name) for name in DETAILED_OPTIONS) else AUTO_OVERHEAD
-    try:
-        return check_number(OWNER, "max_overhead", a.max_overhead, above=0, below=1, optional=True)
-    except (TypeError, ValueError) as e:
-        raise type(e)(str(e).replace("must be a number", 'must be "auto", a number', 1)) from None
+    return check_number(OWNER, "max_overhead", a.max_overhead, above=0, below=1, optional=True, also='"auto"')
 
 
 def checked_arguments(given: dict[str, Any]) -> SimpleNamespace:
