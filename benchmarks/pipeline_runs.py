@@ -24,7 +24,10 @@ A third field picks the precision (``bf16`` -> ``bf16-mixed``, ``16`` -> ``16-mi
 the frozen calls as a CUDA graph when its capture is checked equal), ``on_inline``, ``on+graph`` (``cuda_graph=True``:
 the same as ``on`` now), ``on_eager`` (``cuda_graph=False``), ``copy`` (``backbone=False``, inline: the copy alone),
 ``copy_nopin`` (the same, ``pin_memory=False``); any of them with ``+streamprof`` (``auto+streamprof``) also
-runs the default ``StreamProfiler``, as ``profiler="streamprof"`` gives it. ``--profile CONFIG,...`` adds a StreamProfiler window at step
+runs the default ``StreamProfiler``, as ``profiler="streamprof"`` gives it, and with ``+streamprof-idle`` the same
+profiler with no window (its hooks, threads and worker only). A profiled configuration beside the same one alone
+gets, per round, the whole run's ratio and that of the median step of each run's second half (far from the first
+window and auto's first trials): a loss that the second half shares is not the windows'. ``--profile CONFIG,...`` adds a StreamProfiler window at step
 ``--profile-at`` to those configurations' last round (its traces and summary under ``--out``).
 Under ``--devices 2`` Lightning's DDP launcher runs this script once per rank; rank 0 writes the results.
 """
@@ -49,6 +52,7 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from _bench import command_args  # noqa: E402
+from _record import code_version  # noqa: E402
 from gpu_augmentation import Classifier, RandomImages  # noqa: E402
 from workloads import ArticleSegmenter, FrozenResNetClassifier, ResidentImages, SegmentationData  # noqa: E402
 import zoo_workloads  # noqa: E402
@@ -69,6 +73,7 @@ CONFIGS = {
 START = 10  # runs are timed from this step to their end
 ZOO = ("vit", "vitff", "ldm", "ldmsu", "ldmsd", "resnet50c", "busy")  # benchmarks/zoo_workloads.py
 WITH_PROFILER = "+streamprof"  # a configuration with this suffix also runs the default StreamProfiler
+IDLE_PROFILER = "+streamprof-idle"  # ... and with this one the same profiler with no window
 
 
 class RunClock(L.Callback):
@@ -132,7 +137,7 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     clock = RunClock()
     callbacks: list[L.Callback] = [clock]
     pipe = None
-    pipeline = CONFIGS[config.removesuffix(WITH_PROFILER)]
+    pipeline = CONFIGS[base_config(config)]
     if pipeline is not None:
         pipe = StreamPipeline(**pipeline)
         callbacks.insert(0, pipe)
@@ -142,6 +147,8 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
                                   max_overhead=None, with_stack=args.profile_stack)
     elif config.endswith(WITH_PROFILER):  # the default profiler, as `profiler="streamprof"` gives it
         profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"))
+    elif config.endswith(IDLE_PROFILER):  # the same, its first window beyond the run
+        profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=10**9)
     options = dict(enable_checkpointing=False, limit_val_batches=0)
     val = None
     if workload == "busy":
@@ -158,7 +165,7 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
                         enable_model_summary=False, max_epochs=-1, **options)
     trainer.fit(model, loader, val)
     out = {"rate": clock.rate, "mem_early_mb": clock.mem_early / 2**20, "mem_end_mb": clock.mem_end / 2**20,
-           "rank": trainer.global_rank,
+           "rank": trainer.global_rank, "second_half_ms": second_half_ms(clock.starts),
            "step_ms": [round((b - a) * 1e3, 3) for a, b in zip(clock.starts, clock.starts[1:])]}
     if pipe is not None:
         out["report"] = pipe.report()
@@ -167,6 +174,17 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     if profiler is not None:
         out["summary"] = profiler.summary()
     return out
+
+
+def base_config(config: str) -> str:
+    """The pipeline configuration of ``config``, without its profiler suffix."""
+    return config.removesuffix(IDLE_PROFILER).removesuffix(WITH_PROFILER)
+
+
+def second_half_ms(starts: list[float]) -> float:
+    """Median milliseconds between batch starts over the run's second half."""
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    return statistics.median(gaps[len(gaps) // 2:]) * 1e3 if len(gaps) >= 2 else float("nan")
 
 
 def main() -> None:
@@ -187,7 +205,7 @@ def main() -> None:
     args = p.parse_args()
     torch.backends.cudnn.benchmark = True
     configs = args.configs.split(",")
-    unknown = {c for c in configs if c.removesuffix(WITH_PROFILER) not in CONFIGS}
+    unknown = {c for c in configs if base_config(c) not in CONFIGS}
     if unknown:
         raise SystemExit(f"pipeline_runs: unknown configurations {sorted(unknown)}; known: {', '.join(CONFIGS)}")
     profiled = set(filter(None, args.profile.split(",")))
@@ -223,8 +241,13 @@ def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
         row["vs_serial"] = {c: statistics.median(v) for c, v in row["vs_serial_per_round"].items()}
     if "auto" in rates:  # auto against each fixed way, in the same rounds: what choosing for itself costs
         row["auto_vs_per_round"] = {c: [a / b for a, b in zip(rates["auto"], v)] for c, v in rates.items()
-                                    if c not in ("auto", "serial")}
+                                    if base_config(c) not in ("auto", "serial")}  # auto profiled: below
         row["auto_vs"] = {c: statistics.median(v) for c, v in row["auto_vs_per_round"].items()}
+    # a profiled configuration against the same one alone, per round: the whole run's loss, and the second half's
+    row["profiled_vs_alone_per_round"] = {
+        c: {"whole": [b["rate"] / a["rate"] for a, b in zip(rs, runs[base_config(c)])],
+            "second_half": [a["second_half_ms"] / b["second_half_ms"] for a, b in zip(rs, runs[base_config(c)])]}
+        for c, rs in runs.items() if c != base_config(c) and base_config(c) in runs}
     last = {c: rs[-1] for c, rs in runs.items()}
     row["reports"] = {c: r.get("report", "") for c, r in last.items() if r.get("report")}
     row["staged_outputs_used"] = {c: [r.get("staged_outputs_used", 0), r.get("pipelined_steps", 0)]
@@ -242,7 +265,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     configs = args.configs.split(",")
     lines = [f"# pipeline_runs ({args.devices} x {device}, {now:%Y-%m-%d})", "",
              f"`python benchmarks/pipeline_runs.py {command_args()}`  ",
-             f"torch {torch.__version__}, lightning {L.__version__}; whole runs of {args.steps} steps timed from step"
+             f"code {code_version()}, torch {torch.__version__}, lightning {L.__version__}; whole runs of {args.steps} steps timed from step"
              f" {START} (trials and windows included); steps/s per rank, median of"
              f" {'/'.join(str(r['rounds']) for r in rows)} paired rounds (of {args.rounds});"
              " `x serial`: median of the per-round ratios", "",
@@ -260,6 +283,15 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
         for c, v in r.get("auto_vs_per_round", {}).items():
             lines.append(f"- {r['workload']} auto x {c}: " + ", ".join(f"{x:.3f}" for x in v)
                          + f" (median {r['auto_vs'][c]:.3f})")
+    profiled = [(r["workload"], c, v) for r in rows for c, v in r.get("profiled_vs_alone_per_round", {}).items()]
+    if profiled:
+        lines += ["", "The same configuration alone x with the profiler, per round (above 1: the profiled run slower):"
+                  " whole runs, and the median step of each run's second half:"]
+        for workload, c, v in profiled:
+            lines.append(f"- {workload} {base_config(c)} x {c}: whole " + ", ".join(f"{x:.3f}" for x in v["whole"])
+                         + f" (median {statistics.median(v['whole']):.3f}); second half "
+                         + ", ".join(f"{x:.3f}" for x in v["second_half"])
+                         + f" (median {statistics.median(v['second_half']):.3f})")
     lines += ["", "Staged backbone outputs used / steps pipelined, device memory at step 100 and at the end (MB),"
               " last round:"]
     for r in rows:
@@ -273,6 +305,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     tag = args.tag or f"{'x'.join([str(args.devices)])}gpu-{now:%Y%m%d}"
     os.makedirs(args.out, exist_ok=True)
     result = {"benchmark": "pipeline_runs", "date": now.isoformat(timespec="seconds"), "device": device,
+              "code": code_version(),
               "devices": args.devices, "host": platform.machine(),
               "command": f"python benchmarks/pipeline_runs.py {command_args()}",
               "versions": {"torch": torch.__version__, "lightning": L.__version__},
