@@ -39,6 +39,7 @@ def gate(monkeypatch):
 
 
 def test_pending_windows_are_abandoned_without_temporary_files(tmp_path, private_tmp, gate):
+    before = set(threading.enumerate())
     exp = TraceExporter(analyze=False, timeout=30)
     _submit(exp, private_tmp, tmp_path, 3)
     start = time.perf_counter()
@@ -48,11 +49,12 @@ def test_pending_windows_are_abandoned_without_temporary_files(tmp_path, private
     gate.set()
     assert exp.wait(5)
     exp.close(1)
-    # the write that was under way when its window was abandoned ends on its own thread: no temporary file after it
-    # (on a shared machine a write may stall for seconds; the exporter's own deadline for one is its 30 s timeout)
-    deadline = time.monotonic() + 30
-    while leftovers(private_tmp, tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # the write that was under way when its window was abandoned ends on its own thread: no temporary file after it.
+    # Its end is its threads' end (a poll for "no temporary file" can look before the released write made its own);
+    # on a shared machine a write may stall for seconds, and the exporter's own deadline for one is its 30 s timeout
+    for thread in set(threading.enumerate()) - before:
+        if thread.name.startswith("streamprof-"):
+            thread.join(30)
     assert leftovers(private_tmp, tmp_path) == [], _streamprof_threads()
 
 
