@@ -26,10 +26,17 @@ CHECKPOINT = "save_checkpoint"
 TRAINING_BATCH = "run_training_batch"
 TRAINING_EPOCH = "run_training_epoch"
 TRAINING_FETCH = "[_TrainingEpochLoop].train_dataloader_next"
+#: the actions LoopTime handles by name (and the validation runs' first and last hooks, by their ends)
+_ACTIONS = frozenset({TRAINING_FETCH, TRAINING_BATCH, TRAINING_EPOCH, VALIDATION_FETCH, CHECKPOINT})
 #: fetches kept for the median of the usual fetch (the latest)
 RECENT_FETCHES = 512
 #: the start-up is worth a word when it takes this share of the fit at least
 STARTUP_SHARE = 0.01
+
+
+def concerns(action: str) -> bool:
+    """Whether :class:`LoopTime` does anything at ``action``'s start or stop."""
+    return action in _ACTIONS or action.endswith(VALIDATION_START) or action.endswith(VALIDATION_END)
 
 
 @dataclass

@@ -8,6 +8,7 @@ budget (:mod:`.schedule`), the Kineto session (:mod:`.session`), the export and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 import warnings
@@ -20,8 +21,9 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
+from lightning_streamprof.profiling.hook_time import HookTime, timed_call_floor
 from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
-from lightning_streamprof.profiling.loop_time import CHECKPOINT, LoopTime, trainer_loaders
+from lightning_streamprof.profiling.loop_time import CHECKPOINT, LoopTime, concerns, trainer_loaders
 from lightning_streamprof.profiling.profiler_arguments import checked_arguments
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.run_dir import new_run_name
@@ -56,6 +58,9 @@ _TEXT_TAG = "streamprof/summary"
 OVERHEAD_TAG = "streamprof/overhead"
 #: windows (and distributed windows) the summary shows: the latest, so that it stays short in a long run
 _SUMMARY_WINDOWS = 3
+#: action names remembered as handled by no hook outside a window (Lightning's repeat every step; a program's own
+#: ``profile(f"...{i}")`` names need not)
+_QUIET_NAMES = 1024
 
 
 #: said once when the memory view makes a window record the training thread although batches are staged on another
@@ -231,6 +236,9 @@ class StreamProfiler(Profiler):
         self._recorder: WindowRecorder | None = None
         self._step_suffix = "\0never"
         self._loop_time: LoopTime | None = None  # the fit's validation runs and checkpoints
+        self._hooks: HookTime | None = None  # what the hooks cost every step, from sampled steps
+        self._quiet: set[str] = set()  # actions that no hook handles outside a window
+        self._hook_floor: float | None = None  # a timed no-op call's seconds, calibrated at the first setup
         self._global_rank = 0
         self._failed = False
         self._reported: str | None = None
@@ -250,6 +258,7 @@ class StreamProfiler(Profiler):
         self._reported = self._report_path = self._run = None
         self._end_seconds = None
         self._step_suffix = _STEP_ACTIONS.get(stage, "\0never")
+        self._quiet = set()
         self._loop_time = LoopTime() if stage == "fit" else None
         trainer = self._trainer()
         rank = int(getattr(trainer, "global_rank", 0)) if trainer is not None else 0
@@ -277,6 +286,9 @@ class StreamProfiler(Profiler):
             agree=agg.agree_defer if agg is not None else None,
             on_window_end=agg.window_ended if agg is not None else None,
         )
+        if self._hook_floor is None:
+            self._hook_floor = timed_call_floor()  # about a millisecond, while no step runs
+        self._hooks = HookTime(floor=self._hook_floor)
         exporter.start_worker()  # while no step runs
 
     def _new_aggregator(self, run_name: str, rank: int, world_size: int) -> Any:
@@ -345,6 +357,8 @@ class StreamProfiler(Profiler):
     def _end_stage(self) -> None:
         """Finish the stage and close its exporter (its windows stay readable through ``windows`` and ``summary``
         until the next stage starts)."""
+        self.__dict__.pop("start", None)  # a sampled step's timed hooks
+        self.__dict__.pop("stop", None)
         self._finish()
         exporter = getattr(self, "_exporter", None)
         if exporter is not None:
@@ -490,6 +504,13 @@ class StreamProfiler(Profiler):
 
     @override
     def start(self, action_name: str) -> None:
+        quiet = self._quiet
+        if action_name in quiet:  # most of Lightning's actions: nothing to do outside a window
+            recorder = self._recorder
+            if recorder is None or not recorder.watching:
+                return
+        elif len(quiet) < _QUIET_NAMES and not (concerns(action_name) or action_name.endswith(self._step_suffix)):
+            quiet.add(action_name)
         if self._loop_time is not None:
             self._loop_time.start(action_name)
         if action_name == CHECKPOINT and self._exporter is not None:
@@ -505,6 +526,9 @@ class StreamProfiler(Profiler):
             if self._aggregator is not None:
                 self._aggregator.at_step(recorder.next_step)
             self._guarded(recorder.step_boundary, self._resume_offset)
+            hooks = self._hooks
+            if hooks is not None and hooks.step_boundary(recorder.watching) != ("start" in self.__dict__):
+                self._time_hooks(hooks.timing)
         if recorder.watching:
             if recorder.in_step and _ends_training_step(action_name):
                 self._guarded(recorder.end_step_early)
@@ -513,11 +537,25 @@ class StreamProfiler(Profiler):
 
     @override
     def stop(self, action_name: str) -> None:
+        if action_name in self._quiet:
+            recorder = self._recorder
+            if recorder is None or not recorder.watching:
+                return
         if self._loop_time is not None:
             self._loop_time.stop(action_name)
         recorder = self._recorder
         if recorder is not None and recorder.watching:
             recorder.close_range(action_name)
+
+    def _time_hooks(self, on: bool) -> None:
+        """Swap timed hooks in for a sampled step (instance attributes shadow the methods), and out after it."""
+        hooks, cls = self._hooks, type(self)
+        if on and hooks is not None:
+            self.start = functools.partial(hooks.timed, functools.partial(cls.start, self))  # type: ignore[method-assign]
+            self.stop = functools.partial(hooks.timed, functools.partial(cls.stop, self))  # type: ignore[method-assign]
+        else:
+            self.__dict__.pop("start", None)
+            self.__dict__.pop("stop", None)
 
     def _resume_offset(self) -> int:
         """Global index of the first batch of this run (a resumed fit continues its numbering)."""
@@ -573,10 +611,12 @@ class StreamProfiler(Profiler):
         recorder = self._recorder
         if recorder is None:
             return None
-        budget = recorder.budget
+        budget, hooks = recorder.budget, self._hooks
         return ProfilingCost(budget.total_cost, recorder.training_seconds, budget.windows, self._end_seconds,
                              max_overhead=budget.max_overhead, first_window_seconds=budget.first_window_cost,
-                             first_window_parts=budget.first_window_parts)
+                             first_window_parts=budget.first_window_parts,
+                             hook_seconds=hooks.seconds if hooks is not None else 0.0,
+                             hook_per_step=hooks.per_step if hooks is not None else None)
 
     @override
     def summary(self) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lightning_streamprof.profiling.hook_time import SAMPLE_EVERY
+
 #: how the cost is measured, in one sentence's words (the overhead budget's rule, profiling/schedule.py)
 HOW_MEASURED = ("the slowdown of every step over the unprofiled steps' typical time, from a window's first warm-up "
                 "step until its trace is exported and analysed (each step's at most 3x the median of its window's "
@@ -16,7 +18,9 @@ class ProfilingCost:
     """``seconds`` of ``training_seconds`` charged to the profiler over ``windows`` windows; ``end_seconds``: what
     the end of the stage waited for the last exports and wrote the report (None before the stage ends);
     ``max_overhead`` the budget, ``first_window_seconds`` what the first window cost (once settled), and
-    ``first_window_parts`` where (``OverheadBudget.first_window_parts``)."""
+    ``first_window_parts`` where (``OverheadBudget.first_window_parts``); ``hook_seconds``, apart from them, what
+    Lightning's calls of the profiler's hooks took beyond no profiler's over every step, from the median of the sampled
+    steps' ``hook_per_step`` (None before a sample)."""
 
     seconds: float
     training_seconds: float
@@ -25,6 +29,8 @@ class ProfilingCost:
     max_overhead: float | None = None
     first_window_seconds: float | None = None
     first_window_parts: dict[str, float] | None = None
+    hook_seconds: float = 0.0
+    hook_per_step: float | None = None
 
     @property
     def over_budget(self) -> bool:
@@ -34,6 +40,10 @@ class ProfilingCost:
     @property
     def fraction(self) -> float:
         return self.seconds / self.training_seconds if self.training_seconds > 0 else 0.0
+
+    @property
+    def hook_fraction(self) -> float:
+        return self.hook_seconds / self.training_seconds if self.training_seconds > 0 else 0.0
 
     def headline(self) -> str:
         """``profiling cost 1.3% of the training time (0.41 s of 31.20 s)``."""
@@ -56,6 +66,10 @@ class ProfilingCost:
                          f" max_overhead (this one trained {self.training_seconds:.0f} s).")
         elif self.max_overhead is not None:
             text += f" Within max_overhead ({100 * self.max_overhead:g}%)."
+        if self.hook_per_step is not None:
+            text += (f" Apart from the windows, Lightning's calls of the profiler's hooks took"
+                     f" {self.hook_per_step * 1e6:.0f} µs per step more than with no profiler"
+                     f" ({100 * self.hook_fraction:.2f}% of the training time; timed in 1 step of {SAMPLE_EVERY}).")
         if self.end_seconds is not None and self.end_seconds >= 0.005:
             text += (f" The end of the stage took {self.end_seconds:.2f} s more for the last window's export and"
                      " the report.")

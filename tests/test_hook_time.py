@@ -1,0 +1,76 @@
+"""What the profiler's hooks on Lightning's actions cost every step: sampled steps timed call by call, less a no-op
+call's time, the boundary call that ends a sampled step counted to it, and nothing timed inside windows."""
+
+import itertools
+
+import pytest
+from helpers import fit
+
+from lightning_streamprof import StreamProfiler
+from lightning_streamprof.profiling.hook_time import SAMPLE_EVERY, HookTime, timed_call_floor
+from lightning_streamprof.report.cost import ProfilingCost
+
+
+class FakeClock:
+    """A clock that moves only when the test moves it."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _call(hooks, clock, seconds, boundary=None):
+    """One hook call that takes ``seconds`` by the clock (a boundary call: ``boundary`` is its watching flag)."""
+    def fn(_action):
+        clock.now += seconds
+        if boundary is not None:
+            hooks.step_boundary(boundary)
+    hooks.timed(fn, "a")
+
+
+def test_a_sampled_step_counts_its_calls_less_the_floor_and_its_closing_boundary():
+    clock = FakeClock()
+    hooks = HookTime(floor=1e-6, clock=clock)
+    for _ in range(SAMPLE_EVERY - 1):
+        assert hooks.step_boundary(False) is False
+    assert hooks.step_boundary(False) is True  # step 97 is timed
+    for _ in range(10):
+        _call(hooks, clock, 5e-6)
+    _call(hooks, clock, 8e-6, boundary=False)  # step 98 starts: step 97's sample, its boundary call included
+    assert hooks.samples == [pytest.approx(10 * 4e-6 + 7e-6)]
+    assert hooks.timing is False and hooks.steps == SAMPLE_EVERY + 1
+    assert hooks.per_step == pytest.approx(47e-6)
+    assert hooks.seconds == pytest.approx(47e-6 * (SAMPLE_EVERY + 1))
+
+
+def test_steps_in_a_window_or_its_export_are_not_sampled():
+    hooks = HookTime()
+    timed = [hooks.step_boundary(watching=True) for _ in range(3 * SAMPLE_EVERY)]
+    assert not any(timed) and hooks.samples == [] and hooks.per_step is None and hooks.seconds == 0.0
+
+
+def test_the_floor_is_a_timed_no_op_call():
+    readings = itertools.count(0.0, 1e-7)
+    assert timed_call_floor(lambda: next(readings), calls=10) == pytest.approx(1e-7)
+
+
+def test_a_fit_states_what_its_hooks_cost_and_leaves_no_timed_hook_behind(tmp_path):
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=10**9)
+    fit(prof, tmp_path, max_steps=3 * SAMPLE_EVERY + 5)
+    cost = prof.cost
+    assert cost.hook_per_step is not None and 0 < cost.hook_per_step < 1e-3
+    assert cost.hook_seconds == pytest.approx(cost.hook_per_step * (3 * SAMPLE_EVERY + 5), rel=0.05)
+    assert "start" not in vars(prof) and "stop" not in vars(prof)
+    assert f"hooks took {cost.hook_per_step * 1e6:.0f} µs per step more than with no profiler" in cost.sentence()
+
+
+def test_the_hooks_clause_of_the_cost_sentence():
+    cost = ProfilingCost(seconds=0.2, training_seconds=20.0, windows=1, max_overhead=0.01, hook_seconds=0.05,
+                         hook_per_step=25e-6)
+    assert cost.hook_fraction == 0.0025
+    assert cost.sentence().endswith(
+        "Within max_overhead (1%). Apart from the windows, Lightning's calls of the profiler's hooks took 25 µs per"
+        f" step more than with no profiler (0.25% of the training time; timed in 1 step of {SAMPLE_EVERY}).")
+    assert "hooks" not in ProfilingCost(seconds=0.2, training_seconds=20.0, windows=1).sentence()
