@@ -161,6 +161,7 @@ def run(spec: dict) -> dict:
                    windows=cost.windows, end_stage_s=cost.end_seconds, worker_cpu_s=clock.worker_cpu_s,
                    first_window_s=cost.first_window_seconds, first_window_parts_s=cost.first_window_parts,
                    first_window_calls_s=getattr(getattr(profiler, "_recorder", None), "first_window_calls", None),
+                   hook_s_per_step=getattr(cost, "hook_per_step", None), hook_fraction=getattr(cost, "hook_fraction", None),
                    headline=profiler.summary().splitlines()[0],
                    gpu_utilization=_mean_metric(profiler, "streamprof/gpu_utilization"))
     row["trace_files"] = sum(f.endswith((".pt.trace.json", ".pt.trace.json.gz")) for _, _, fs in os.walk(out)
