@@ -34,7 +34,6 @@ def run(config: str, steps: int) -> dict:
     from torch.utils.data import DataLoader, TensorDataset
 
     from lightning_streamprof import StreamProfiler
-    from lightning_streamprof.profiling import profiler as profiler_module
 
     class Tiny(L.LightningModule):
         def __init__(self) -> None:
@@ -50,16 +49,13 @@ def run(config: str, steps: int) -> dict:
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    saved = profiler_module._QUIET_NAMES
-    profiler_module._QUIET_NAMES = saved if config == "quick-skip" else 0  # no name is remembered as quiet
-    try:
-        prof = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=10**9)
-        data = TensorDataset(torch.randn(steps * 4, 8), torch.randn(steps * 4, 1))
-        trainer = L.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-                            enable_progress_bar=False, enable_model_summary=False, profiler=prof)
-        trainer.fit(Tiny(), DataLoader(data, batch_size=4))
-    finally:
-        profiler_module._QUIET_NAMES = saved
+    prof = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=10**9)
+    if config == "no-skip":
+        prof._learn = lambda action: False  # every action takes the full path, as before the quick return
+    data = TensorDataset(torch.randn(steps * 4, 8), torch.randn(steps * 4, 1))
+    trainer = L.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, profiler=prof)
+    trainer.fit(Tiny(), DataLoader(data, batch_size=4))
     cost = prof.cost
     return {"config": config, "hook_us_per_step": cost.hook_per_step * 1e6, "hook_fraction": cost.hook_fraction,
             "step_ms": cost.training_seconds / steps * 1e3, "samples": len(prof._hooks.samples)}

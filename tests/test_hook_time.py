@@ -68,7 +68,7 @@ def test_a_fit_states_what_its_hooks_cost_and_leaves_no_timed_hook_behind(tmp_pa
 
 def test_the_hooks_clause_of_the_cost_sentence():
     cost = ProfilingCost(seconds=0.2, training_seconds=20.0, windows=1, max_overhead=0.01, hook_seconds=0.05,
-                         hook_per_step=25e-6)
+                         hook_per_step=25e-6, hook_sample_every=SAMPLE_EVERY)
     assert cost.hook_fraction == 0.0025
     assert cost.sentence().endswith(
         "Within max_overhead (1%). Apart from the windows, Lightning's calls of the profiler's hooks took 25 µs per"

@@ -21,7 +21,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
-from lightning_streamprof.profiling.hook_time import HookTime, timed_call_floor
+from lightning_streamprof.profiling.hook_time import SAMPLE_EVERY, HookTime, timed_call_floor
 from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
 from lightning_streamprof.profiling.loop_time import CHECKPOINT, LoopTime, concerns, trainer_loaders
 from lightning_streamprof.profiling.profiler_arguments import checked_arguments
@@ -58,8 +58,8 @@ _TEXT_TAG = "streamprof/summary"
 OVERHEAD_TAG = "streamprof/overhead"
 #: windows (and distributed windows) the summary shows: the latest, so that it stays short in a long run
 _SUMMARY_WINDOWS = 3
-#: action names remembered as handled by no hook outside a window (Lightning's repeat every step; a program's own
-#: ``profile(f"...{i}")`` names need not)
+#: action names remembered as handled by a hook outside a window or not (Lightning's repeat every step; a
+#: program's own ``profile(f"...{i}")`` names need not)
 _QUIET_NAMES = 1024
 
 
@@ -237,7 +237,7 @@ class StreamProfiler(Profiler):
         self._step_suffix = "\0never"
         self._loop_time: LoopTime | None = None  # the fit's validation runs and checkpoints
         self._hooks: HookTime | None = None  # what the hooks cost every step, from sampled steps
-        self._quiet: set[str] = set()  # actions that no hook handles outside a window
+        self._quiet: dict[str, bool] = {}  # per action seen: whether no hook handles it outside a window
         self._hook_floor: float | None = None  # a timed no-op call's seconds, calibrated at the first setup
         self._global_rank = 0
         self._failed = False
@@ -258,7 +258,7 @@ class StreamProfiler(Profiler):
         self._reported = self._report_path = self._run = None
         self._end_seconds = None
         self._step_suffix = _STEP_ACTIONS.get(stage, "\0never")
-        self._quiet = set()
+        self._quiet = {}
         self._loop_time = LoopTime() if stage == "fit" else None
         trainer = self._trainer()
         rank = int(getattr(trainer, "global_rank", 0)) if trainer is not None else 0
@@ -504,13 +504,13 @@ class StreamProfiler(Profiler):
 
     @override
     def start(self, action_name: str) -> None:
-        quiet = self._quiet
-        if action_name in quiet:  # most of Lightning's actions: nothing to do outside a window
+        quiet = self._quiet.get(action_name)
+        if quiet is None:
+            quiet = self._learn(action_name)
+        if quiet:  # most of Lightning's actions: nothing to do outside a window
             recorder = self._recorder
             if recorder is None or not recorder.watching:
                 return
-        elif len(quiet) < _QUIET_NAMES and not (concerns(action_name) or action_name.endswith(self._step_suffix)):
-            quiet.add(action_name)
         if self._loop_time is not None:
             self._loop_time.start(action_name)
         if action_name == CHECKPOINT and self._exporter is not None:
@@ -537,7 +537,7 @@ class StreamProfiler(Profiler):
 
     @override
     def stop(self, action_name: str) -> None:
-        if action_name in self._quiet:
+        if self._quiet.get(action_name):
             recorder = self._recorder
             if recorder is None or not recorder.watching:
                 return
@@ -546,6 +546,13 @@ class StreamProfiler(Profiler):
         recorder = self._recorder
         if recorder is not None and recorder.watching:
             recorder.close_range(action_name)
+
+    def _learn(self, action: str) -> bool:
+        """Whether no hook handles ``action`` outside a window (remembered for the first names seen)."""
+        quiet = not (concerns(action) or action.endswith(self._step_suffix))
+        if len(self._quiet) < _QUIET_NAMES:
+            self._quiet[action] = quiet
+        return quiet
 
     def _time_hooks(self, on: bool) -> None:
         """Swap timed hooks in for a sampled step (instance attributes shadow the methods), and out after it."""
@@ -616,7 +623,8 @@ class StreamProfiler(Profiler):
                              max_overhead=budget.max_overhead, first_window_seconds=budget.first_window_cost,
                              first_window_parts=budget.first_window_parts,
                              hook_seconds=hooks.seconds if hooks is not None else 0.0,
-                             hook_per_step=hooks.per_step if hooks is not None else None)
+                             hook_per_step=hooks.per_step if hooks is not None else None,
+                             hook_sample_every=SAMPLE_EVERY)
 
     @override
     def summary(self) -> str:

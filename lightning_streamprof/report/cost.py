@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lightning_streamprof.profiling.hook_time import SAMPLE_EVERY
-
 #: how the cost is measured, in one sentence's words (the overhead budget's rule, profiling/schedule.py)
 HOW_MEASURED = ("the slowdown of every step over the unprofiled steps' typical time, from a window's first warm-up "
                 "step until its trace is exported and analysed (each step's at most 3x the median of its window's "
@@ -20,7 +18,7 @@ class ProfilingCost:
     ``max_overhead`` the budget, ``first_window_seconds`` what the first window cost (once settled), and
     ``first_window_parts`` where (``OverheadBudget.first_window_parts``); ``hook_seconds``, apart from them, what
     Lightning's calls of the profiler's hooks took beyond no profiler's over every step, from the median of the sampled
-    steps' ``hook_per_step`` (None before a sample)."""
+    steps' ``hook_per_step`` (None before a sample), one step in ``hook_sample_every`` timed."""
 
     seconds: float
     training_seconds: float
@@ -31,6 +29,7 @@ class ProfilingCost:
     first_window_parts: dict[str, float] | None = None
     hook_seconds: float = 0.0
     hook_per_step: float | None = None
+    hook_sample_every: int = 0
 
     @property
     def over_budget(self) -> bool:
@@ -69,7 +68,7 @@ class ProfilingCost:
         if self.hook_per_step is not None:
             text += (f" Apart from the windows, Lightning's calls of the profiler's hooks took"
                      f" {self.hook_per_step * 1e6:.0f} µs per step more than with no profiler"
-                     f" ({100 * self.hook_fraction:.2f}% of the training time; timed in 1 step of {SAMPLE_EVERY}).")
+                     f" ({100 * self.hook_fraction:.2f}% of the training time; timed in 1 step of {self.hook_sample_every}).")
         if self.end_seconds is not None and self.end_seconds >= 0.005:
             text += (f" The end of the stage took {self.end_seconds:.2f} s more for the last window's export and"
                      " the report.")
