@@ -1,5 +1,6 @@
 """What the profiler's hooks on Lightning's actions cost every step: sampled steps timed call by call, less a no-op
-call's time, the boundary call that ends a sampled step counted to it, and nothing timed inside windows."""
+call's time, the boundary call that ends a sampled step counted to it, nothing timed inside windows, and a short run
+sampled too."""
 
 import itertools
 
@@ -7,7 +8,7 @@ import pytest
 from helpers import fit
 
 from lightning_streamprof import StreamProfiler
-from lightning_streamprof.profiling.hook_time import SAMPLE_EVERY, HookTime, timed_call_floor
+from lightning_streamprof.profiling.hook_time import FIRST_SAMPLE, SAMPLE_EVERY, HookTime, timed_call_floor
 from lightning_streamprof.report.cost import ProfilingCost
 
 
@@ -33,22 +34,50 @@ def _call(hooks, clock, seconds, boundary=None):
 def test_a_sampled_step_counts_its_calls_less_the_floor_and_its_closing_boundary():
     clock = FakeClock()
     hooks = HookTime(floor=1e-6, clock=clock)
-    for _ in range(SAMPLE_EVERY - 1):
+    for _ in range(FIRST_SAMPLE - 1):
         assert hooks.step_boundary(False) is False
-    assert hooks.step_boundary(False) is True  # step 97 is timed
+    assert hooks.step_boundary(False) is True  # the first sample's step is timed
     for _ in range(10):
         _call(hooks, clock, 5e-6)
-    _call(hooks, clock, 8e-6, boundary=False)  # step 98 starts: step 97's sample, its boundary call included
+    _call(hooks, clock, 8e-6, boundary=False)  # the next step starts: the sample, its boundary call included
     assert hooks.samples == [pytest.approx(10 * 4e-6 + 7e-6)]
-    assert hooks.timing is False and hooks.steps == SAMPLE_EVERY + 1
+    assert hooks.timing is False and hooks.steps == FIRST_SAMPLE + 1
     assert hooks.per_step == pytest.approx(47e-6)
-    assert hooks.seconds == pytest.approx(47e-6 * (SAMPLE_EVERY + 1))
+    assert hooks.seconds == pytest.approx(47e-6 * (FIRST_SAMPLE + 1))
+    timed = [hooks.step_boundary(False) for _ in range(2 * SAMPLE_EVERY)]
+    assert [i for i, t in enumerate(timed, FIRST_SAMPLE + 2) if t] == [FIRST_SAMPLE + SAMPLE_EVERY,
+                                                                     FIRST_SAMPLE + 2 * SAMPLE_EVERY]
 
 
 def test_steps_in_a_window_or_its_export_are_not_sampled():
     hooks = HookTime()
     timed = [hooks.step_boundary(watching=True) for _ in range(3 * SAMPLE_EVERY)]
     assert not any(timed) and hooks.samples == [] and hooks.per_step is None and hooks.seconds == 0.0
+
+
+def test_a_sample_due_in_a_window_waits_for_the_first_step_after_it():
+    hooks = HookTime()
+    watching = [FIRST_SAMPLE - 2 <= step <= FIRST_SAMPLE + 4 for step in range(1, 40)]
+    timed = [step for step, w in enumerate(watching, 1) if hooks.step_boundary(w)]
+    assert timed == [FIRST_SAMPLE + 5]
+
+
+def test_a_sample_whose_boundary_logged_a_window_is_dropped_and_the_next_step_timed():
+    clock = FakeClock()
+    hooks = HookTime(clock=clock)
+    for _ in range(FIRST_SAMPLE):
+        hooks.step_boundary(False)
+    assert hooks.timing
+    _call(hooks, clock, 5e-6)
+
+    def boundary_that_logs(_action):
+        clock.now += 1e-3  # logging a window's results
+        hooks.step_boundary(False, spoiled=True)
+    hooks.timed(boundary_that_logs, "a")
+    assert hooks.samples == [] and hooks.timing  # the next step is timed instead
+    _call(hooks, clock, 6e-6)
+    _call(hooks, clock, 2e-6, boundary=False)
+    assert hooks.samples == [pytest.approx(8e-6)]
 
 
 def test_the_floor_is_a_timed_no_op_call():
@@ -58,10 +87,11 @@ def test_the_floor_is_a_timed_no_op_call():
 
 def test_a_fit_states_what_its_hooks_cost_and_leaves_no_timed_hook_behind(tmp_path):
     prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=10**9)
-    fit(prof, tmp_path, max_steps=3 * SAMPLE_EVERY + 5)
+    fit(prof, tmp_path, max_steps=2 * SAMPLE_EVERY + 5)
     cost = prof.cost
     assert cost.hook_per_step is not None and 0 < cost.hook_per_step < 1e-3
-    assert cost.hook_seconds == pytest.approx(cost.hook_per_step * (3 * SAMPLE_EVERY + 5), rel=0.05)
+    assert len(prof._hooks.samples) == 2
+    assert cost.hook_seconds == pytest.approx(cost.hook_per_step * (2 * SAMPLE_EVERY + 5), rel=0.05)
     assert "start" not in vars(prof) and "stop" not in vars(prof)
     assert f"hooks took {cost.hook_per_step * 1e6:.0f} µs per step more than with no profiler" in cost.sentence()
 

@@ -1,8 +1,9 @@
 """What StreamProfiler's hooks on Lightning's actions cost every step, windows or not.
 
 Lightning calls a profiler's ``start`` and ``stop`` around each of its actions (some 36 per training step); with no
-profiler they are no-ops. Ours do a few string comparisons and attribute reads. One step in :data:`SAMPLE_EVERY`,
-outside the windows and their exports, has its hooks timed call by call: the profiler swaps timed versions in for
+profiler they are no-ops. Ours do a dict lookup for most actions and a few comparisons for the others. Step
+:data:`FIRST_SAMPLE`, then one step in :data:`SAMPLE_EVERY`, outside the windows and their exports (a sample due in
+one waits for the first step after it), has its hooks timed call by call: the profiler swaps timed versions in for
 that step only, so that the other steps pay nothing for the measure. Each timed call is counted less what a
 no-op call timed the same way takes (calibrated at setup), which is what the same call costs without a profiler.
 """
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 
 #: one training step in this many has its hooks timed (prime, so that no loop's period lines up with it)
 SAMPLE_EVERY = 97
+#: the first step timed: early, so that a short run states the figure too, and past the first steps' start-up
+FIRST_SAMPLE = 12
 #: calls timed to calibrate the no-op baseline (about a millisecond at setup)
 CALIBRATION_CALLS = 2000
 #: sampled steps kept for the median (the latest)
@@ -51,16 +54,23 @@ class HookTime:
     _seconds: float = 0.0
     _calls: int = 0
     _closing: bool = False  # the boundary call now running ended a sample: its own time joins that sample
+    _due: int = FIRST_SAMPLE  # the step at which the next sample is due
+    _drop_call: bool = False  # the boundary call now running spoiled its sample: its time is dropped too
 
-    def step_boundary(self, watching: bool) -> bool:
+    def step_boundary(self, watching: bool, spoiled: bool = False) -> bool:
         """A training step starts (``watching``: inside a window or its export); returns whether its hooks are
-        to be timed. The step that ended, if timed, becomes a sample."""
-        if self.timing:
+        to be timed. The step that ended, if timed, becomes a sample, unless its boundary call did a window's work
+        (``spoiled``: it logged a window's results), in which case the next step is timed instead."""
+        if self.timing and spoiled:
+            self._due, self._drop_call = self.steps + 1, True
+        elif self.timing:
             self.samples.append(max(0.0, self._seconds - self._calls * self.floor))
             del self.samples[:-KEEP_SAMPLES]
             self._closing = True
         self.steps += 1
-        self.timing = not watching and self.steps % SAMPLE_EVERY == 0
+        self.timing = not watching and self.steps >= self._due
+        if self.timing:
+            self._due = self.steps + SAMPLE_EVERY
         self._seconds, self._calls = 0.0, 0
         return self.timing
 
@@ -74,6 +84,8 @@ class HookTime:
             if self._closing:  # the step's boundary, which ends it, counts to it
                 self._closing = False
                 self.samples[-1] += max(0.0, seconds - self.floor)
+            elif self._drop_call:
+                self._drop_call = False
             else:
                 self._seconds += seconds
                 self._calls += 1

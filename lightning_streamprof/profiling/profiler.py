@@ -521,13 +521,14 @@ class StreamProfiler(Profiler):
         if recorder is None:
             return
         if action_name.endswith(self._step_suffix):
-            if self._exporter is not None and (self._exporter.ready or self._exporter.problems.pending):
+            logs = self._exporter is not None and bool(self._exporter.ready or self._exporter.problems.pending)
+            if logs:
                 self._log_ready()
             if self._aggregator is not None:
                 self._aggregator.at_step(recorder.next_step)
             self._guarded(recorder.step_boundary, self._resume_offset)
             hooks = self._hooks
-            if hooks is not None and hooks.step_boundary(recorder.watching) != ("start" in self.__dict__):
+            if hooks is not None and hooks.step_boundary(recorder.watching, logs) != ("start" in self.__dict__):
                 self._time_hooks(hooks.timing)
         if recorder.watching:
             if recorder.in_step and _ends_training_step(action_name):
