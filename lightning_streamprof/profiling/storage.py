@@ -31,7 +31,9 @@ def ensure_dir(path: str) -> None:
     fs.makedirs(local, exist_ok=True)
 
 
-#: temporary files of writes under way (an export thread's at the program's exit), removed at exit
+#: temporary files of local writes under way (an export thread's at the program's exit), removed at exit; a remote
+#: store's object appears only when its upload completes, so an upload cut by the exit leaves none (and the store
+#: need not be reachable then)
 _in_flight: set[tuple[Any, str]] = set()
 _in_flight_lock = threading.Lock()
 
@@ -46,8 +48,9 @@ def write_atomic(path: str, data: bytes, make_parents: bool = True) -> None:
     if parent and make_parents:
         fs.makedirs(parent, exist_ok=True)
     tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-    with _in_flight_lock:
-        _in_flight.add((fs, tmp))
+    if is_local(fs):
+        with _in_flight_lock:
+            _in_flight.add((fs, tmp))
     try:
         with fs.open(tmp, "wb") as f:
             f.write(data)
@@ -58,6 +61,12 @@ def write_atomic(path: str, data: bytes, make_parents: bool = True) -> None:
     finally:
         with _in_flight_lock:
             _in_flight.discard((fs, tmp))
+
+
+def is_local(fs: Any) -> bool:
+    """Whether ``fs`` is the local file system."""
+    protocol = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return "file" in protocol
 
 
 def _remove(fs: Any, path: str) -> None:

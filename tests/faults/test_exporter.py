@@ -258,6 +258,27 @@ print("exiting", flush=True)
 """
 
 
+def test_only_local_writes_are_left_for_the_exit_to_clean_up(tmp_path, monkeypatch):
+    """A remote store's temporary object appears only when its upload completes: the exit has nothing to remove
+    there, and must not reach for a store that may be gone."""
+    from lightning_streamprof.profiling import storage
+
+    seen = []
+    real_open = storage.fsspec.AbstractFileSystem.open
+
+    def spy(self, path, *args, **kwargs):
+        seen.append((self.protocol, sorted(tmp for _, tmp in storage._in_flight)))
+        return real_open(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(storage.fsspec.AbstractFileSystem, "open", spy)
+    storage.write_atomic(str(tmp_path / "a.gz"), b"x")
+    storage.write_atomic("memory://streamprof-test/a.gz", b"x")
+    (local_protocol, local_pending), (memory_protocol, memory_pending) = seen
+    assert "file" in local_protocol and len(local_pending) == 1 and ".tmp-" in local_pending[0]
+    assert memory_protocol == "memory" and memory_pending == []
+    assert storage._in_flight == set()
+
+
 def test_a_write_under_way_at_exit_leaves_no_temporary_file(tmp_path):
     import subprocess
 
