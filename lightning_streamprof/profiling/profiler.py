@@ -357,8 +357,7 @@ class StreamProfiler(Profiler):
     def _end_stage(self) -> None:
         """Finish the stage and close its exporter (its windows stay readable through ``windows`` and ``summary``
         until the next stage starts)."""
-        self.__dict__.pop("start", None)  # a sampled step's timed hooks
-        self.__dict__.pop("stop", None)
+        self._time_hooks(False)  # a sampled step's timed hooks
         self._finish()
         exporter = getattr(self, "_exporter", None)
         if exporter is not None:
@@ -557,8 +556,8 @@ class StreamProfiler(Profiler):
 
     def _time_hooks(self, on: bool) -> None:
         """Swap timed hooks in for a sampled step (instance attributes shadow the methods), and out after it."""
-        hooks, cls = self._hooks, type(self)
-        if on and hooks is not None:
+        if on:
+            hooks, cls = self._hooks, type(self)
             self.start = functools.partial(hooks.timed, functools.partial(cls.start, self))  # type: ignore[method-assign]
             self.stop = functools.partial(hooks.timed, functools.partial(cls.stop, self))  # type: ignore[method-assign]
         else:

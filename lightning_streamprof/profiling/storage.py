@@ -12,6 +12,8 @@ from typing import Any
 import fsspec
 from fsspec.core import url_to_fs
 
+from lightning_streamprof.trace.remote import is_local
+
 
 def join_path(base: str, *parts: str) -> str:
     """Join path parts with ``/``, keeping a URL's scheme (``s3://bucket`` + ``a`` -> ``s3://bucket/a``)."""
@@ -61,12 +63,6 @@ def write_atomic(path: str, data: bytes, make_parents: bool = True) -> None:
     finally:
         with _in_flight_lock:
             _in_flight.discard((fs, tmp))
-
-
-def is_local(fs: Any) -> bool:
-    """Whether ``fs`` is the local file system."""
-    protocol = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return "file" in protocol
 
 
 def _remove(fs: Any, path: str) -> None:
