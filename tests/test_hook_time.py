@@ -104,3 +104,12 @@ def test_the_hooks_clause_of_the_cost_sentence():
         "Within max_overhead (1%). Apart from the windows, Lightning's calls of the profiler's hooks took 25 µs per"
         f" step more than with no profiler (0.25% of the training time; timed in 1 step of {SAMPLE_EVERY}).")
     assert "hooks" not in ProfilingCost(seconds=0.2, training_seconds=20.0, windows=1).sentence()
+    unsampled = ProfilingCost(seconds=0.2, training_seconds=2.0, windows=1, hook_sample_every=SAMPLE_EVERY)
+    assert unsampled.sentence().endswith("The profiler's hooks were not timed: no step outside the windows came to"
+                                         " their first sample (their cost is in the steps, not in this figure).")
+
+
+def test_a_run_too_short_to_sample_its_hooks_says_so(tmp_path):
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=10**9)
+    fit(prof, tmp_path, max_steps=FIRST_SAMPLE - 2)
+    assert prof.cost.hook_per_step is None and "hooks were not timed" in prof.cost.sentence()

@@ -69,6 +69,9 @@ class ProfilingCost:
             text += (f" Apart from the windows, Lightning's calls of the profiler's hooks took"
                      f" {self.hook_per_step * 1e6:.0f} µs per step more than with no profiler"
                      f" ({100 * self.hook_fraction:.2f}% of the training time; timed in 1 step of {self.hook_sample_every}).")
+        elif self.hook_sample_every:
+            text += (" The profiler's hooks were not timed: no step outside the windows came to their first sample"
+                     " (their cost is in the steps, not in this figure).")
         if self.end_seconds is not None and self.end_seconds >= 0.005:
             text += (f" The end of the stage took {self.end_seconds:.2f} s more for the last window's export and"
                      " the report.")
