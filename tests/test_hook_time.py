@@ -4,10 +4,12 @@ sampled too."""
 
 import itertools
 
+import lightning as L
 import pytest
 from helpers import fit
 
 from lightning_streamprof import StreamProfiler
+from lightning_streamprof.profiling.action_scope import QUIET_SCOPE, ActionScope
 from lightning_streamprof.profiling.hook_time import FIRST_SAMPLE, SAMPLE_EVERY, HookTime, timed_call_floor
 from lightning_streamprof.report.cost import ProfilingCost
 
@@ -89,11 +91,68 @@ def test_a_fit_states_what_its_hooks_cost_and_leaves_no_timed_hook_behind(tmp_pa
     prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=10**9)
     fit(prof, tmp_path, max_steps=2 * SAMPLE_EVERY + 5)
     cost = prof.cost
-    assert cost.hook_per_step is not None and 0 < cost.hook_per_step < 1e-3
+    assert cost.hook_per_step is not None and abs(cost.hook_per_step) < 1e-3
     assert len(prof._hooks.samples) == 2
     assert cost.hook_seconds == pytest.approx(cost.hook_per_step * (2 * SAMPLE_EVERY + 5), rel=0.05)
-    assert "start" not in vars(prof) and "stop" not in vars(prof)
-    assert f"hooks took {cost.hook_per_step * 1e6:.0f} µs per step more than with no profiler" in cost.sentence()
+    assert not {"start", "stop", "profile"} & set(vars(prof))
+    more = "more" if cost.hook_per_step >= 0 else "less"
+    assert f"hooks took {abs(cost.hook_per_step) * 1e6:.0f} µs per step {more} than with no profiler" in cost.sentence()
+
+
+def test_a_sampled_step_counts_its_scopes_savings_against_lightnings():
+    clock = FakeClock()
+    hooks = HookTime(floor=1e-6, clock=clock, savings={QUIET_SCOPE: 2e-6, ActionScope: 1e-6})
+    for _ in range(FIRST_SAMPLE):
+        hooks.step_boundary(False)
+    for _ in range(5):
+        hooks.scoped(QUIET_SCOPE, "quiet")  # a no-op scope: no hook is called
+    assert isinstance(hooks.scoped(lambda action: ActionScope(None, action), "loop"), ActionScope)
+    _call(hooks, clock, 4e-6)  # the ActionScope's start
+    _call(hooks, clock, 0.0, boundary=False)
+    assert hooks.samples == [pytest.approx((4e-6 - 1e-6) - 5 * 2e-6 - 1e-6)]  # below zero: cheaper than none
+    assert hooks.per_step < 0
+
+
+def test_an_action_no_hook_handles_gets_a_shared_no_op_scope_outside_windows(tmp_path):
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=10**9)
+    seen = []
+    fit(prof, tmp_path, max_steps=3, callbacks=[_Probe(seen)])
+    quiet, loop = seen[0]
+    assert isinstance(quiet, QUIET_SCOPE) and quiet is prof.profile("[Callback]_Probe.on_train_batch_start")
+    assert isinstance(loop, ActionScope)
+    with quiet as name:
+        assert name == "[Callback]_Probe.on_train_batch_start"  # as Lightning's scope yields the action's name
+    assert set(prof._scope_savings) == {QUIET_SCOPE, ActionScope}
+    assert prof._scope_savings[QUIET_SCOPE] > 0  # a nullcontext against a generator: several times cheaper
+    assert "streamprof-calibration" not in prof._quiet
+
+
+def test_inside_a_window_every_action_gets_a_scope_that_records_it_and_sees_exceptions(tmp_path):
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=2, warmup=1, active=2, every=None)
+    calls = []
+    fit(prof, tmp_path, max_steps=1)
+    prof._recorder = type("Watching", (), {"watching": True})()
+    prof.start, prof.stop = (lambda a: calls.append(("start", a))), (lambda a: calls.append(("stop", a)))
+    prof._on_exception = lambda err: calls.append(("exception", type(err).__name__))
+    scope = prof.profile("[Callback]X.on_train_batch_start")
+    assert isinstance(scope, ActionScope)
+    with pytest.raises(KeyboardInterrupt), scope:
+        raise KeyboardInterrupt
+    assert calls == [("start", "[Callback]X.on_train_batch_start"), ("exception", "KeyboardInterrupt"),
+                     ("stop", "[Callback]X.on_train_batch_start")]
+
+
+class _Probe(L.Callback):
+    """Keeps the profiler's scopes of a quiet action and of a loop action, once."""
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def on_train_batch_start(self, trainer, *args):
+        if not self.seen:
+            profiler = trainer.profiler
+            self.seen.append((profiler.profile("[Callback]_Probe.on_train_batch_start"),
+                              profiler.profile("run_training_batch")))
 
 
 def test_the_hooks_clause_of_the_cost_sentence():
@@ -103,6 +162,10 @@ def test_the_hooks_clause_of_the_cost_sentence():
     assert cost.sentence().endswith(
         "Within max_overhead (1%). Apart from the windows, Lightning's calls of the profiler's hooks took 25 µs per"
         f" step more than with no profiler (0.25% of the training time; timed in 1 step of {SAMPLE_EVERY}).")
+    cheaper = ProfilingCost(seconds=0.2, training_seconds=20.0, windows=1, hook_seconds=-0.02, hook_per_step=-10e-6,
+                            hook_sample_every=SAMPLE_EVERY)
+    assert ("hooks took 10 µs per step less than with no profiler (0.10% of the training time; timed in 1 step of"
+            f" {SAMPLE_EVERY}): the profiler's scope of an action costs less than Lightning's own") in cheaper.sentence()
     assert "hooks" not in ProfilingCost(seconds=0.2, training_seconds=20.0, windows=1).sentence()
     unsampled = ProfilingCost(seconds=0.2, training_seconds=2.0, windows=1, hook_sample_every=SAMPLE_EVERY)
     assert unsampled.sentence().endswith("The profiler's hooks were not timed: no step outside the windows came to"

@@ -5,7 +5,9 @@ profiler they are no-ops. Ours do a dict lookup for most actions and a few compa
 :data:`FIRST_SAMPLE`, then one step in :data:`SAMPLE_EVERY`, outside the windows and their exports (a sample due in
 one waits for the first step after it), has its hooks timed call by call: the profiler swaps timed versions in for
 that step only, so that the other steps pay nothing for the measure. Each timed call is counted less what a
-no-op call timed the same way takes (calibrated at setup), which is what the same call costs without a profiler.
+no-op call timed the same way takes (calibrated at setup), which is what the same call costs without a profiler,
+and each action's scope less what it saves against Lightning's own scope (``savings``, calibrated at setup by
+:func:`~lightning_streamprof.profiling.action_scope.scope_savings`): a step can cost less than with no profiler.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 #: one training step in this many has its hooks timed (prime, so that no loop's period lines up with it)
 SAMPLE_EVERY = 97
@@ -47,12 +50,14 @@ class HookTime:
     """The hooks' time per step beyond no profiler's, from sampled steps, and the steps it applies to."""
 
     floor: float = 0.0  # seconds per timed call that a no-op call also takes (:func:`timed_call_floor`)
+    savings: dict[type, float] = field(default_factory=dict)  # seconds saved per action, by the scope's type
     clock: Callable[[], float] = time.perf_counter
     steps: int = 0
     samples: list[float] = field(default_factory=list)
     timing: bool = False  # the current step's hooks are being timed
     _seconds: float = 0.0
     _calls: int = 0
+    _saved: float = 0.0  # the sampled step's scopes' savings so far
     _closing: bool = False  # the boundary call now running ended a sample: its own time joins that sample
     _due: int = FIRST_SAMPLE  # the step at which the next sample is due
     _drop_call: bool = False  # the boundary call now running spoiled its sample: its time is dropped too
@@ -64,15 +69,21 @@ class HookTime:
         if self.timing and spoiled:
             self._due, self._drop_call = self.steps + 1, True
         elif self.timing:
-            self.samples.append(max(0.0, self._seconds - self._calls * self.floor))
+            self.samples.append(max(0.0, self._seconds - self._calls * self.floor) - self._saved)
             del self.samples[:-KEEP_SAMPLES]
             self._closing = True
         self.steps += 1
         self.timing = not watching and self.steps >= self._due
         if self.timing:
             self._due = self.steps + SAMPLE_EVERY
-        self._seconds, self._calls = 0.0, 0
+        self._seconds, self._calls, self._saved = 0.0, 0, 0.0
         return self.timing
+
+    def scoped(self, fn: Callable[[str], Any], action: str) -> Any:
+        """``fn(action)``, an action's scope, its saving against Lightning's scope counted to the current step."""
+        scope = fn(action)
+        self._saved += self.savings.get(type(scope), 0.0)
+        return scope
 
     def timed(self, fn: Callable[[str], None], action: str) -> None:
         """Call ``fn(action)`` and add its time to the current step's."""
@@ -92,7 +103,8 @@ class HookTime:
 
     @property
     def per_step(self) -> float | None:
-        """Median seconds per step in the hooks beyond no profiler's (None before a sample)."""
+        """Median seconds per step in the hooks beyond no profiler's, negative where they cost less (None before a
+        sample)."""
         return statistics.median(self.samples) if self.samples else None
 
     @property

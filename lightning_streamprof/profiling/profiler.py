@@ -12,7 +12,7 @@ import functools
 import os
 import time
 import warnings
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -20,6 +20,7 @@ from lightning.pytorch.profilers import Profiler
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
+from lightning_streamprof.profiling.action_scope import QUIET_SCOPE, ActionScope, scope_savings
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
 from lightning_streamprof.profiling.hook_time import SAMPLE_EVERY, HookTime, timed_call_floor
 from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
@@ -61,6 +62,8 @@ _SUMMARY_WINDOWS = 3
 #: action names remembered as handled by a hook outside a window or not (Lightning's repeat every step; a
 #: program's own ``profile(f"...{i}")`` names need not)
 _QUIET_NAMES = 1024
+#: the action whose scope times the quiet path at setup (no hook handles it)
+_CALIBRATION_ACTION = "streamprof-calibration"
 
 
 #: said once when the memory view makes a window record the training thread although batches are staged on another
@@ -237,8 +240,10 @@ class StreamProfiler(Profiler):
         self._step_suffix = "\0never"
         self._loop_time: LoopTime | None = None  # the fit's validation runs and checkpoints
         self._hooks: HookTime | None = None  # what the hooks cost every step, from sampled steps
-        self._quiet: dict[str, bool] = {}  # per action seen: whether no hook handles it outside a window
+        # per action seen: its no-op scope if no hook handles it outside a window, else False
+        self._quiet: dict[str, contextlib.nullcontext[str] | bool] = {}
         self._hook_floor: float | None = None  # a timed no-op call's seconds, calibrated at the first setup
+        self._scope_savings: dict[type, float] | None = None  # per action, against Lightning's scope (ditto)
         self._global_rank = 0
         self._failed = False
         self._reported: str | None = None
@@ -286,9 +291,11 @@ class StreamProfiler(Profiler):
             agree=agg.agree_defer if agg is not None else None,
             on_window_end=agg.window_ended if agg is not None else None,
         )
-        if self._hook_floor is None:
-            self._hook_floor = timed_call_floor()  # about a millisecond, while no step runs
-        self._hooks = HookTime(floor=self._hook_floor)
+        if self._hook_floor is None:  # a few milliseconds, while no step runs
+            self._hook_floor = timed_call_floor()
+            self._scope_savings = scope_savings(lambda: self.profile(_CALIBRATION_ACTION))
+            self._quiet.pop(_CALIBRATION_ACTION, None)
+        self._hooks = HookTime(floor=self._hook_floor, savings=self._scope_savings or {})
         exporter.start_worker()  # while no step runs
 
     def _new_aggregator(self, run_name: str, rank: int, world_size: int) -> Any:
@@ -376,17 +383,18 @@ class StreamProfiler(Profiler):
             super().teardown(getattr(self, "_stage", None))
 
     @override
-    @contextlib.contextmanager
-    def profile(self, action_name: str) -> Generator:
-        """Lightning's action scope; an exception leaving it writes the open window first (cut short)."""
-        try:
-            self.start(action_name)
-            yield action_name
-        except BaseException as err:
-            self._on_exception(err)
-            raise
-        finally:
-            self.stop(action_name)
+    def profile(self, action_name: str) -> contextlib.AbstractContextManager[str]:  # type: ignore[override]
+        """Lightning's action scope: a shared no-op scope for an action that no hook handles outside a window (most
+        of them), else an :class:`ActionScope`; an exception leaving it writes the open window first (cut short).
+        Both cost less than Lightning's generator scope, which a run with no profiler pays."""
+        quiet = self._quiet.get(action_name)
+        if quiet is None:
+            quiet = self._learn(action_name)
+        if quiet:
+            recorder = self._recorder
+            if recorder is None or not recorder.watching:
+                return quiet
+        return ActionScope(self, action_name)
 
     def _on_exception(self, err: BaseException) -> None:
         """An exception (or Ctrl+C) leaves an action: the run may be ending, so the open window is written now.
@@ -547,9 +555,10 @@ class StreamProfiler(Profiler):
         if recorder is not None and recorder.watching:
             recorder.close_range(action_name)
 
-    def _learn(self, action: str) -> bool:
-        """Whether no hook handles ``action`` outside a window (remembered for the first names seen)."""
-        quiet = not (concerns(action) or action.endswith(self._step_suffix))
+    def _learn(self, action: str) -> contextlib.nullcontext[str] | bool:
+        """The no-op scope of ``action`` if no hook handles it outside a window, else False (remembered for the
+        first names seen)."""
+        quiet = QUIET_SCOPE(action) if not (concerns(action) or action.endswith(self._step_suffix)) else False
         if len(self._quiet) < _QUIET_NAMES:
             self._quiet[action] = quiet
         return quiet
@@ -560,9 +569,10 @@ class StreamProfiler(Profiler):
             hooks, cls = self._hooks, type(self)
             self.start = functools.partial(hooks.timed, functools.partial(cls.start, self))  # type: ignore[method-assign]
             self.stop = functools.partial(hooks.timed, functools.partial(cls.stop, self))  # type: ignore[method-assign]
+            self.profile = functools.partial(hooks.scoped, functools.partial(cls.profile, self))  # type: ignore[method-assign]
         else:
-            self.__dict__.pop("start", None)
-            self.__dict__.pop("stop", None)
+            for name in ("start", "stop", "profile"):
+                self.__dict__.pop(name, None)
 
     def _resume_offset(self) -> int:
         """Global index of the first batch of this run (a resumed fit continues its numbering)."""

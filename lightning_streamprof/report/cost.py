@@ -17,8 +17,9 @@ class ProfilingCost:
     the end of the stage waited for the last exports and wrote the report (None before the stage ends);
     ``max_overhead`` the budget, ``first_window_seconds`` what the first window cost (once settled), and
     ``first_window_parts`` where (``OverheadBudget.first_window_parts``); ``hook_seconds``, apart from them, what
-    Lightning's calls of the profiler's hooks took beyond no profiler's over every step, from the median of the sampled
-    steps' ``hook_per_step`` (None before a sample), one step in ``hook_sample_every`` timed."""
+    Lightning's calls of the profiler's hooks took beyond no profiler's over every step (negative where they took
+    less), from the median of the sampled steps' ``hook_per_step`` (None before a sample), one step in
+    ``hook_sample_every`` timed."""
 
     seconds: float
     training_seconds: float
@@ -66,9 +67,16 @@ class ProfilingCost:
         elif self.max_overhead is not None:
             text += f" Within max_overhead ({100 * self.max_overhead:g}%)."
         if self.hook_per_step is not None:
-            text += (f" Apart from the windows, Lightning's calls of the profiler's hooks took"
-                     f" {self.hook_per_step * 1e6:.0f} µs per step more than with no profiler"
-                     f" ({100 * self.hook_fraction:.2f}% of the training time; timed in 1 step of {self.hook_sample_every}).")
+            timed = f"timed in 1 step of {self.hook_sample_every}"
+            if self.hook_per_step >= 0:
+                text += (f" Apart from the windows, Lightning's calls of the profiler's hooks took"
+                         f" {self.hook_per_step * 1e6:.0f} µs per step more than with no profiler"
+                         f" ({100 * self.hook_fraction:.2f}% of the training time; {timed}).")
+            else:
+                text += (f" Apart from the windows, Lightning's calls of the profiler's hooks took"
+                         f" {-self.hook_per_step * 1e6:.0f} µs per step less than with no profiler"
+                         f" ({-100 * self.hook_fraction:.2f}% of the training time; {timed}): the profiler's scope of"
+                         " an action costs less than Lightning's own, and an action no hook handles gets a no-op one.")
         elif self.hook_sample_every:
             text += (" The profiler's hooks were not timed: no step outside the windows came to their first sample"
                      " (their cost is in the steps, not in this figure).")
