@@ -18,6 +18,8 @@ from lightning.pytorch.profilers import PassThroughProfiler
 
 #: calls timed for each kind of scope at setup (a few milliseconds in all)
 CALIBRATION_CALLS = 2000
+#: the type of the scope handed out for an action that no hook handles outside a window
+QUIET_SCOPE = contextlib.nullcontext
 
 
 class ActionScope:
@@ -79,7 +81,3 @@ def scope_savings(quiet: Callable[[], Any], calls: int = CALIBRATION_CALLS,
     scope = quiet()
     savings[type(scope)] = base - _scope_seconds(quiet, calls, clock)
     return savings
-
-
-#: the type of the scope handed out for an action that no hook handles
-QUIET_SCOPE = contextlib.nullcontext
