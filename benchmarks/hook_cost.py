@@ -136,7 +136,7 @@ def replay(config: str) -> dict:
             self.calls, self.seconds = calls, None
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-            if batch_idx != REPLAY_STEP or self.calls is None:
+            if batch_idx != REPLAY_STEP:
                 return
             prof = trainer.profiler
             seq = [(prof.profile if kind == "scope" else prof.start if kind == "start" else prof.stop, kind, a)
@@ -155,9 +155,9 @@ def replay(config: str) -> dict:
             self.seconds = best
 
     rec = Recording()
-    _fit(rec, REPLAY_STEP + 2, [Replay(None)])
+    _fit(rec, REPLAY_STEP + 2, [])
     boundary = [i for i, c in enumerate(rec.calls) if c[0] == "start" and c[1].endswith("train_dataloader_next")]
-    step = [c for c in rec.calls[boundary[REPLAY_STEP] + 1:boundary[REPLAY_STEP + 1]]]
+    step = rec.calls[boundary[REPLAY_STEP] + 1:boundary[REPLAY_STEP + 1]]
     kinds = {"none": PassThroughProfiler, "streamprof": StreamProfiler, "lightning-scope": _lightning_scope()}
     prof = kinds[config]() if config == "none" else kinds[config](dirpath=tempfile.mkdtemp(prefix="streamprof-"),
                                                                   skip_first=10**9)

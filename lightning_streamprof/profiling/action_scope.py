@@ -20,6 +20,8 @@ from lightning.pytorch.profilers import PassThroughProfiler
 CALIBRATION_CALLS = 2000
 #: the type of the scope handed out for an action that no hook handles outside a window
 QUIET_SCOPE = contextlib.nullcontext
+#: the action whose scopes are timed at setup (no hook handles it)
+CALIBRATION_ACTION = "streamprof-calibration"
 
 
 class ActionScope:
@@ -69,15 +71,15 @@ def _scope_seconds(make: Callable[[], Any], calls: int, clock: Callable[[], floa
     return best
 
 
-def scope_savings(quiet: Callable[[], Any], calls: int = CALIBRATION_CALLS,
+def scope_savings(quiet: Callable[[str], Any], calls: int = CALIBRATION_CALLS,
                   clock: Callable[[], float] = time.perf_counter) -> dict[type, float]:
     """Seconds that each kind of scope saves per action against Lightning's generator scope with no-op hooks (a
-    run with no profiler): ``quiet()`` gives the profiler's scope of an action that no hook handles. A hot loop
+    run with no profiler): ``quiet(action)`` gives the profiler's scope of an action that no hook handles. A hot loop
     times each, which understates what a cold call costs either way, and so the saving too."""
     lightning = PassThroughProfiler()
     noops = _NoOps()
-    base = _scope_seconds(lambda: lightning.profile("streamprof-calibration"), calls, clock)
-    savings = {ActionScope: base - _scope_seconds(lambda: ActionScope(noops, "streamprof-calibration"), calls, clock)}
-    scope = quiet()
-    savings[type(scope)] = base - _scope_seconds(quiet, calls, clock)
+    base = _scope_seconds(lambda: lightning.profile(CALIBRATION_ACTION), calls, clock)
+    savings = {ActionScope: base - _scope_seconds(lambda: ActionScope(noops, CALIBRATION_ACTION), calls, clock)}
+    scope = quiet(CALIBRATION_ACTION)
+    savings[type(scope)] = base - _scope_seconds(lambda: quiet(CALIBRATION_ACTION), calls, clock)
     return savings

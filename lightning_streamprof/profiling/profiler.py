@@ -20,7 +20,7 @@ from lightning.pytorch.profilers import Profiler
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
-from lightning_streamprof.profiling.action_scope import QUIET_SCOPE, ActionScope, scope_savings
+from lightning_streamprof.profiling.action_scope import CALIBRATION_ACTION, QUIET_SCOPE, ActionScope, scope_savings
 from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
 from lightning_streamprof.profiling.hook_time import SAMPLE_EVERY, HookTime, timed_call_floor
 from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
@@ -62,8 +62,6 @@ _SUMMARY_WINDOWS = 3
 #: action names remembered as handled by a hook outside a window or not (Lightning's repeat every step; a
 #: program's own ``profile(f"...{i}")`` names need not)
 _QUIET_NAMES = 1024
-#: the action whose scope times the quiet path at setup (no hook handles it)
-_CALIBRATION_ACTION = "streamprof-calibration"
 
 
 #: said once when the memory view makes a window record the training thread although batches are staged on another
@@ -293,8 +291,8 @@ class StreamProfiler(Profiler):
         )
         if self._hook_floor is None:  # a few milliseconds, while no step runs
             self._hook_floor = timed_call_floor()
-            self._scope_savings = scope_savings(lambda: self.profile(_CALIBRATION_ACTION))
-            self._quiet.pop(_CALIBRATION_ACTION, None)
+            self._scope_savings = scope_savings(self.profile)
+            self._quiet.pop(CALIBRATION_ACTION, None)
         self._hooks = HookTime(floor=self._hook_floor, savings=self._scope_savings or {})
         exporter.start_worker()  # while no step runs
 

@@ -67,16 +67,13 @@ class ProfilingCost:
         elif self.max_overhead is not None:
             text += f" Within max_overhead ({100 * self.max_overhead:g}%)."
         if self.hook_per_step is not None:
-            timed = f"timed in 1 step of {self.hook_sample_every}"
-            if self.hook_per_step >= 0:
-                text += (f" Apart from the windows, Lightning's calls of the profiler's hooks took"
-                         f" {self.hook_per_step * 1e6:.0f} µs per step more than with no profiler"
-                         f" ({100 * self.hook_fraction:.2f}% of the training time; {timed}).")
-            else:
-                text += (f" Apart from the windows, Lightning's calls of the profiler's hooks took"
-                         f" {-self.hook_per_step * 1e6:.0f} µs per step less than with no profiler"
-                         f" ({-100 * self.hook_fraction:.2f}% of the training time; {timed}): the profiler's scope of"
-                         " an action costs less than Lightning's own, and an action no hook handles gets a no-op one.")
+            less = self.hook_per_step < 0
+            why = (": the profiler's scope of an action costs less than Lightning's own, and an action no hook handles"
+                   " gets a no-op one") if less else ""
+            text += (f" Apart from the windows, Lightning's calls of the profiler's hooks took"
+                     f" {abs(self.hook_per_step) * 1e6:.0f} µs per step {'less' if less else 'more'} than with no"
+                     f" profiler ({100 * abs(self.hook_fraction):.2f}% of the training time; timed in 1 step of"
+                     f" {self.hook_sample_every}){why}.")
         elif self.hook_sample_every:
             text += (" The profiler's hooks were not timed: no step outside the windows came to their first sample"
                      " (their cost is in the steps, not in this figure).")
