@@ -13,6 +13,9 @@ label maps, so that the loader keeps up and the GPU sets the pace), ``batch``, `
 - ``streamprof-noanalysis``: ``StreamProfiler(analyze=False)`` (the export without the worker's analysis);
 - ``streamprof-idle``: ``StreamProfiler(skip_first=10**9)``, the profiler, its threads and its worker in the run but
   no window (what its presence alone does to the steps);
+- ``streamprof-late``: the default options with a single window at the middle of the run, whose steps after it
+  against those before it (over the same ratio of a run without a profiler) say whether a window slows the steps
+  that follow it (``_aftermath.py``);
 - ``pytorch``: Lightning's ``PyTorchProfiler()`` with its defaults.
 
 The rate is steps per second from step 10 to the end of training (``on_train_end``, the device synchronised); the
@@ -34,6 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "examples"), os.path.join(ROOT, "benchmarks"), ROOT]
 
 import lightning as L  # noqa: E402
+from _aftermath import after_before, late_start  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
@@ -96,7 +100,7 @@ def _worker_cpu(profiler) -> float | None:
         return None
 
 
-def make_profiler(config: str, out: str):
+def make_profiler(config: str, out: str, steps: int):
     from lightning.pytorch.profilers import PyTorchProfiler
 
     from lightning_streamprof import StreamProfiler
@@ -111,6 +115,8 @@ def make_profiler(config: str, out: str):
         return StreamProfiler(analyze=False)
     if config == "streamprof-idle":
         return StreamProfiler(skip_first=10**9)
+    if config == "streamprof-late":
+        return StreamProfiler(skip_first=late_start(steps), every=0)
     if config == "pytorch":
         return PyTorchProfiler(dirpath=out, filename="pt")
     raise SystemExit(f"overhead_run: unknown config {config!r}")
@@ -145,7 +151,7 @@ def run(spec: dict) -> dict:
     model, loader = make_workload(spec)
     clock = RunClock()
     trainer = L.Trainer(max_steps=spec["steps"], accelerator="auto", devices=1, precision=spec["precision"],
-                        profiler=make_profiler(spec["config"], out), callbacks=[clock], default_root_dir=out,
+                        profiler=make_profiler(spec["config"], out, spec["steps"]), callbacks=[clock], default_root_dir=out,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, max_epochs=-1)
     trainer.fit(model, loader)
@@ -153,7 +159,7 @@ def run(spec: dict) -> dict:
     steps = clock.n_end - clock.n0
     row = {"rate": steps / (clock.t_end - clock.t0), "fit_rate": steps / (t_fit - clock.t0), "steps": steps,
            "end_of_fit_s": t_fit - clock.t_end}
-    row.update(_step_stats(clock))
+    row.update(_step_stats(clock, spec["steps"]))
     profiler = trainer.profiler
     cost = getattr(profiler, "cost", None)
     if cost is not None:
@@ -170,16 +176,18 @@ def run(spec: dict) -> dict:
     return row
 
 
-def _step_stats(clock: RunClock) -> dict:
+def _step_stats(clock: RunClock, steps: int) -> dict:
     """Median step time (ms) of the timed steps between windows and the seconds the windowed steps took over it."""
-    durations = [b - a for a, b in zip(clock.starts, clock.starts[1:])][START:]
+    every = [b - a for a, b in zip(clock.starts, clock.starts[1:])]
+    durations = every[START:]
     watched = clock.watched[START:len(durations) + START]
     between = [d for d, w in zip(durations, watched) if not w]
     if not between:
         return {}
     median = statistics.median(between)
     return {"between_windows_step_ms": 1e3 * median, "watched_steps": sum(watched),
-            "watched_excess_s": sum(d - median for d, w in zip(durations, watched) if w)}
+            "watched_excess_s": sum(d - median for d, w in zip(durations, watched) if w),
+            "after_before": after_before(every, steps, 2 * START, clock.watched)}
 
 
 def _mean_metric(profiler, key: str) -> float | None:

@@ -24,8 +24,10 @@ A third field picks the precision (``bf16`` -> ``bf16-mixed``, ``16`` -> ``16-mi
 the frozen calls as a CUDA graph when its capture is checked equal), ``on_inline``, ``on+graph`` (``cuda_graph=True``:
 the same as ``on`` now), ``on_eager`` (``cuda_graph=False``), ``copy`` (``backbone=False``, inline: the copy alone),
 ``copy_nopin`` (the same, ``pin_memory=False``); any of them with ``+streamprof`` (``auto+streamprof``) also
-runs the default ``StreamProfiler``, as ``profiler="streamprof"`` gives it, and with ``+streamprof-idle`` the same
-profiler with no window (its hooks, threads and worker only). A profiled configuration beside the same one alone
+runs the default ``StreamProfiler``, as ``profiler="streamprof"`` gives it, with ``+streamprof-idle`` the same
+profiler with no window (its hooks, threads and worker only), and with ``+streamprof-late`` one window of the default
+options at the middle of the run: the median step after it against the one before it, over the same ratio of the
+configuration alone (``_aftermath.py``), says whether a window slows the steps that follow it. A profiled configuration beside the same one alone
 gets, per round, the whole run's ratio and that of the median step of each run's second half (far from the first
 window and auto's first trials): a loss that the second half shares is not the windows'. ``--profile CONFIG,...`` adds a StreamProfiler window at step
 ``--profile-at`` to those configurations' last round (its traces and summary under ``--out``).
@@ -56,6 +58,7 @@ from _record import code_version  # noqa: E402
 from gpu_augmentation import Classifier, RandomImages  # noqa: E402
 from workloads import ArticleSegmenter, FrozenResNetClassifier, ResidentImages, SegmentationData  # noqa: E402
 import zoo_workloads  # noqa: E402
+from _aftermath import after_before, late_start, lingering  # noqa: E402
 
 from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
 
@@ -71,9 +74,11 @@ CONFIGS = {
     "copy_nopin": {"mode": "on", "backbone": False, "staging_thread": False, "pin_memory": False},
 }
 START = 10  # runs are timed from this step to their end
+AFTER_TRIALS = 200  # auto's first trials are over by this step: a late window's "before" starts no earlier
 ZOO = ("vit", "vitff", "ldm", "ldmsu", "ldmsd", "resnet50c", "busy")  # benchmarks/zoo_workloads.py
 WITH_PROFILER = "+streamprof"  # a configuration with this suffix also runs the default StreamProfiler
 IDLE_PROFILER = "+streamprof-idle"  # ... and with this one the same profiler with no window
+LATE_PROFILER = "+streamprof-late"  # ... and with this one a single window at the middle of the run
 
 
 class RunClock(L.Callback):
@@ -84,9 +89,11 @@ class RunClock(L.Callback):
         self.n0 = self.n1 = 0
         self.mem_early = self.mem_end = 0
         self.starts: list[float] = []  # host time at each batch start (no device sync): where a run loses time
+        self.watched: list[bool] = []  # whether a profiler window or its export was under way at each
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.starts.append(time.perf_counter())
+        self.watched.append(bool(getattr(trainer.profiler, "in_window", False)))
         if self.t0 is None and trainer.global_step >= START:
             _sync(trainer)
             self.t0, self.n0 = time.perf_counter(), trainer.global_step
@@ -149,6 +156,9 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
         profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"))
     elif config.endswith(IDLE_PROFILER):  # the same, its first window beyond the run
         profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=10**9)
+    elif config.endswith(LATE_PROFILER):  # one window of the default options, at the middle of the run
+        profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=late_start(args.steps),
+                                  every=0)
     options = dict(enable_checkpointing=False, limit_val_batches=0)
     val = None
     if workload == "busy":
@@ -164,9 +174,10 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
                         callbacks=callbacks, logger=False, profiler=profiler, enable_progress_bar=False,
                         enable_model_summary=False, max_epochs=-1, **options)
     trainer.fit(model, loader, val)
+    step_ms = [round((b - a) * 1e3, 3) for a, b in zip(clock.starts, clock.starts[1:])]
     out = {"rate": clock.rate, "mem_early_mb": clock.mem_early / 2**20, "mem_end_mb": clock.mem_end / 2**20,
-           "rank": trainer.global_rank, "second_half_ms": second_half_ms(clock.starts),
-           "step_ms": [round((b - a) * 1e3, 3) for a, b in zip(clock.starts, clock.starts[1:])]}
+           "rank": trainer.global_rank, "second_half_ms": second_half_ms(clock.starts), "step_ms": step_ms,
+           "after_before": after_before(step_ms, args.steps, AFTER_TRIALS, clock.watched)}
     if pipe is not None:
         out["report"] = pipe.report()
         out["staged_outputs_used"] = {c.label: c.hits for c in pipe.staged_calls}
@@ -178,7 +189,7 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
 
 def base_config(config: str) -> str:
     """The pipeline configuration of ``config``, without its profiler suffix."""
-    return config.removesuffix(IDLE_PROFILER).removesuffix(WITH_PROFILER)
+    return config.removesuffix(IDLE_PROFILER).removesuffix(LATE_PROFILER).removesuffix(WITH_PROFILER)
 
 
 def second_half_ms(starts: list[float]) -> float:
@@ -248,6 +259,10 @@ def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
         c: {"whole": [b["rate"] / a["rate"] for a, b in zip(rs, runs[base_config(c)])],
             "second_half": [a["second_half_ms"] / b["second_half_ms"] for a, b in zip(rs, runs[base_config(c)])]}
         for c, rs in runs.items() if c != base_config(c) and base_config(c) in runs}
+    # a window at the middle of the run: the steps after it against those before, over the same of the config alone
+    row["lingering_per_round"] = {c: lingering([r["after_before"] for r in rs],
+                                               [r["after_before"] for r in runs[base_config(c)]])
+                                  for c, rs in runs.items() if c.endswith(LATE_PROFILER) and base_config(c) in runs}
     last = {c: rs[-1] for c, rs in runs.items()}
     row["reports"] = {c: r.get("report", "") for c, r in last.items() if r.get("report")}
     row["staged_outputs_used"] = {c: [r.get("staged_outputs_used", 0), r.get("pipelined_steps", 0)]
@@ -292,6 +307,14 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
                          + f" (median {statistics.median(v['whole']):.3f}); second half "
                          + ", ".join(f"{x:.3f}" for x in v["second_half"])
                          + f" (median {statistics.median(v['second_half']):.3f})")
+    late = [(r["workload"], c, v) for r in rows for c, v in r.get("lingering_per_round", {}).items() if v]
+    if late:
+        lines += ["", "A window at the middle of the run: its run's median step after it over the one before it, against"
+                  " the same steps of the configuration alone, per round (above 1: the steps after the window ran"
+                  " slower):"]
+        for workload, c, v in late:
+            lines.append(f"- {workload} {c}: " + ", ".join(f"{x:.3f}" for x in v)
+                         + f" (median {statistics.median(v):.3f})")
     lines += ["", "Staged backbone outputs used / steps pipelined, device memory at step 100 and at the end (MB),"
               " last round:"]
     for r in rows:

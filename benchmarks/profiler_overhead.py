@@ -14,6 +14,11 @@ round and the workloads' order too, so that the host's drift falls on all alike;
 configurations (``--configs``), the first ``--extra-rounds`` also the others (``--extra-configs``; the last ones
 with ``--extras-last``).
 
+``--configs none,streamprof-late`` runs, per round, the default options with one window at the middle of the run
+beside no profiler: the late window's run's median step after the window over its median step before it, against the
+same ratio without a profiler, says what a window leaves behind for the steps that follow it (inside each run, free
+of the host's drift between runs; ``_aftermath.py``).
+
 Each run is one line of ``<out>/profiler_overhead-<tag>.jsonl``, written as it ends (machine, date, command and code
 version with it); ``<out>/profiler_overhead-<tag>.md`` is rewritten after each. A later call with the same file
 (``--resume FILE`` copies one in first) adds the rounds still missing, so rounds spread over several calls of a
@@ -43,6 +48,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from _aftermath import lingering  # noqa: E402
 from _record import code_version, command, machine, machine_line, now  # noqa: E402
 
 PRECISIONS = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
@@ -139,6 +145,9 @@ def summarise(rows: list[dict]) -> list[dict]:
                            if r.get("between_windows_step_ms") and b.get("between_windows_step_ms")]
                 if between:
                     entry["between_windows_vs_none"] = statistics.median(between)
+                after = lingering([r.get("after_before") for r, _ in paired], [b.get("after_before") for _, b in paired])
+                if after and config == "streamprof-late":
+                    entry["lingering"] = _spread(after)
             for key in ("windows", "trace_files"):
                 values = [r[key] for r in mine if r.get(key) is not None]
                 if values:
@@ -215,6 +224,13 @@ def verdicts(summary: list[dict]) -> list[str]:
                      f"of the training time beyond the run's steps between windows, {100 * gap:+.1f} points from the "
                      f"stated cost ({'within' if abs(gap) <= STATED_WITHIN else 'beyond'} 1 point)")
         out.append(line)
+    for e in summary:  # a window at the middle of the run: do the steps after it run slower than those before?
+        if "lingering" in e:
+            r = e["lingering"]
+            out.append(f"- {e['workload']}: after a window at the middle of the run (`streamprof-late`), the run's median "
+                       f"step over its median step before the window is {r['median']:.3f}x ({r['min']:.3f}-"
+                       f"{r['max']:.3f}, {len(r['values'])} rounds) of the same ratio in the round's run without a "
+                       "profiler: what a window leaves behind, which the budget does not charge")
     for e in summary:  # the control: the profiler in the run, no window; its ratio is the whole-run noise here
         if e["config"] == "streamprof-idle" and "ratio" in e:
             r = e["ratio"]
