@@ -3,7 +3,8 @@ CUPTI's set-up as a user's run does): ``python benchmarks/overhead_run.py '<spec
 
 The spec: ``workload`` (``vit``: a frozen timm ViT linear probe on dict batches of uint8 images, normalised in
 ``training_step``; ``seg``: the seed's frozen-backbone segmentation on a resident pool of uint8 images and int64
-label maps, so that the loader keeps up and the GPU sets the pace), ``batch``, ``precision``, ``image_size``,
+label maps through ``workers`` loader processes; ``segdev``: the same model on batches already on the device, no
+loader at all, so that the GPU sets the pace and the host's noise moves the run least), ``batch``, ``precision``, ``image_size``,
 ``arch`` (timm), ``workers``, ``threads`` (``torch.set_num_threads``, 0: torch's default), ``steps`` and
 ``config``:
 
@@ -122,8 +123,31 @@ def make_profiler(config: str, out: str, steps: int):
     raise SystemExit(f"overhead_run: unknown config {config!r}")
 
 
+class DeviceBatches(Dataset):
+    """``length`` whole batches (``DataLoader(batch_size=None)``) from a pool of 8 batches of random uint8 images
+    ``batch x 3 x S x S`` and int64 label maps, made once on the device."""
+
+    def __init__(self, length: int, batch: int, size: int, pool: int = 8) -> None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        g = torch.Generator(device=device).manual_seed(0)
+        self.batches = [(torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=g, device=device),
+                         torch.randint(0, 10, (batch, size, size), generator=g, device=device)) for _ in range(pool)]
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int):
+        return self.batches[i % len(self.batches)]
+
+
 def make_workload(spec: dict):
     n = spec["batch"] * (spec["steps"] + 2)
+    if spec["workload"] == "segdev":
+        from workloads import FrozenBackboneSegmenter
+
+        data = DeviceBatches(spec["steps"] + 2, spec["batch"], spec["image_size"] or 256)
+        return FrozenBackboneSegmenter(width=spec.get("width") or 32), DataLoader(data, batch_size=None)
     if spec["workload"] == "vit":
         from zoo_workloads import DictImages, TimmLinearProbe
 

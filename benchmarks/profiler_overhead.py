@@ -8,9 +8,11 @@ the measured loss.
         --image-size 32 --arch vit_tiny_patch16_224 --workers 0 --threads 1 --tag cpu-tiny   # CPU, tiny sizes
 
 Workloads (``name:batch[:precision]``; ``overhead_run.py`` has them): ``vit``, a frozen timm ViT linear probe
-(host-bound at batch 64 in bf16-mixed on an H200), and ``seg``, the seed's frozen-backbone segmentation on resident
-data (GPU-bound at batch 32). A round runs every configuration due once per workload, the order reversed every other
-round and the workloads' order too, so that the host's drift falls on all alike; ``--rounds`` rounds hold the core
+(host-bound at batch 64 in bf16-mixed on an H200), ``seg``, the seed's frozen-backbone segmentation on resident
+data (a loader of 4 workers feeds it: host-bound on an H200, 23% GPU utilization in its windows at batch 32), and
+``segdev``, the same model on batches already on the device (no loader). A round runs every configuration due once
+per workload, the order reversed every other round and the workloads' order too, so that the host's drift falls on
+all alike; ``--rounds`` rounds hold the core
 configurations (``--configs``), the first ``--extra-rounds`` also the others (``--extra-configs``; the last ones
 with ``--extras-last``).
 
@@ -52,7 +54,7 @@ from _aftermath import lingering  # noqa: E402
 from _record import code_version, command, machine, machine_line, now  # noqa: E402
 
 PRECISIONS = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
-DEFAULT_PRECISION = {"vit": "bf16", "seg": "32"}
+DEFAULT_PRECISION = {"vit": "bf16", "seg": "32", "segdev": "32"}
 CHILD = os.path.join(HERE, "overhead_run.py")
 BASE = "none"
 GOAL = 0.99  # the default profiler's median ratio to no profiler, on every workload
