@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -226,6 +227,11 @@ def verdicts(summary: list[dict]) -> list[str]:
                      f"of the training time beyond the run's steps between windows, {100 * gap:+.1f} points from the "
                      f"stated cost ({'within' if abs(gap) <= STATED_WITHIN else 'beyond'} 1 point)")
         out.append(line)
+        needed = rounds_for_one_point(e["ratio"]["values"])
+        if needed is not None:
+            out.append(f"- {e['workload']}: the per-round ratios spread by {100 * needed[0]:.1f}% (standard deviation of "
+                       f"their logarithms): a whole-run answer within {100 * STATED_WITHIN:.0f} point at 95% confidence "
+                       f"needs about {needed[1]:,} rounds on this host")
     for e in summary:  # a window at the middle of the run: do the steps after it run slower than those before?
         if "lingering" in e:
             r = e["lingering"]
@@ -240,6 +246,15 @@ def verdicts(summary: list[dict]) -> list[str]:
                        f"of no profiler ({r['min']:.3f}-{r['max']:.3f}, {e['rounds']} rounds): what this host's "
                        "drift does to a whole run's ratio when the profiler records nothing")
     return out
+
+
+def rounds_for_one_point(ratios: list[float]) -> tuple[float, int] | None:
+    """The spread of the per-round ratios (standard deviation of their logarithms) and the rounds that would put the
+    mean ratio within ``STATED_WITHIN`` of its true value at 95% confidence; None with fewer than 3 rounds."""
+    if len(ratios) < 3:
+        return None
+    spread = statistics.stdev(math.log(r) for r in ratios)
+    return spread, math.ceil((1.96 * spread / STATED_WITHIN) ** 2)
 
 
 def _pct(x: float | None, sign: bool = False) -> str:

@@ -1,0 +1,65 @@
+"""The statistics of the overhead benchmarks, on hand-made step times and ratios: what a window leaves behind
+(``_aftermath.py``), and how many rounds a 1-point answer needs (``profiler_overhead.py``, ``overhead_noise.py``)."""
+
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+
+from _aftermath import GAP, after_before, late_start, lingering  # noqa: E402
+from overhead_noise import pooled  # noqa: E402
+from profiler_overhead import rounds_for_one_point  # noqa: E402
+
+
+def _steps(before: float, after: float, steps: int = 1000) -> list[float]:
+    """Step times of ``before`` until the late window starts, ``after`` from then on."""
+    return [before if i < late_start(steps) else after for i in range(steps)]
+
+
+def test_after_before_is_the_median_step_after_the_window_over_the_one_before():
+    result = after_before(_steps(10.0, 12.0), 1000, first=100)
+    assert result["ratio"] == pytest.approx(1.2)
+    assert result["span"] == 300 and result["after_watched"] == 0
+
+
+def test_the_window_and_its_export_are_left_out_of_after():
+    durations = _steps(10.0, 10.0)
+    start = late_start(1000)
+    watched = [False] * 1000
+    for i in range(start, start + GAP + 200):  # an export that outlasts the gap: 200 steps of "after" in it
+        durations[i], watched[i] = 50.0, True
+    result = after_before(durations, 1000, first=100, watched=watched)
+    assert result["ratio"] == pytest.approx(1.0) and result["after_watched"] == 200
+
+
+def test_after_before_needs_twenty_steps_on_each_side():
+    assert after_before(_steps(10.0, 12.0, 300), 300, first=140) is None  # 10 steps before the window
+    assert after_before(_steps(10.0, 12.0, 120), 120, first=10) is None  # 10 steps after the gap
+
+
+def test_lingering_compares_each_round_with_its_control_and_skips_missing_ones():
+    late = [{"ratio": 1.10}, {"ratio": 0.99}, None]
+    control = [{"ratio": 1.00}, {"ratio": 0.90}, {"ratio": 1.0}]
+    assert lingering(late, control) == pytest.approx([1.10, 1.10])
+
+
+def test_rounds_for_one_point_from_the_spread_of_the_log_ratios():
+    spread, needed = rounds_for_one_point([math.exp(0.1), 1.0, math.exp(-0.1)])
+    assert spread == pytest.approx(0.1)
+    assert needed == math.ceil((1.96 * 0.1 / 0.01) ** 2) == 385
+    assert rounds_for_one_point([1.0, 1.1]) is None
+
+
+def test_pooled_rounds_give_the_geometric_mean_with_a_student_t_interval():
+    base = {"rate": 100.0}
+    rows = [({"rate": 100.0 * math.exp(x), "stated_fraction": 0.01, "watched_steps": 5, "watched_excess_s": 0.2,
+              "steps": 1000}, base) for x in (0.1, 0.0, -0.1)]
+    p = pooled(rows)
+    assert p["rounds"] == 3 and p["median"] == pytest.approx(1.0) and p["geomean"] == pytest.approx(1.0)
+    half = 4.303 * 0.1 / math.sqrt(3)  # t(0.975, 2 degrees of freedom)
+    assert p["low"] == pytest.approx(math.exp(-half)) and p["high"] == pytest.approx(math.exp(half))
+    assert p["needed"] == 385 and p["stated"] == 0.01
+    assert p["own_clock"] == pytest.approx(0.2 * 100.0 / 1000)  # the median run's excess x rate / steps
