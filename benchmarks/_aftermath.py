@@ -43,3 +43,20 @@ def lingering(late: list[dict | None], control: list[dict | None]) -> list[float
     """Per round, the late-window run's after/before ratio over the control run's at the same positions (above 1:
     the steps after the window ran slower than the window's absence explains)."""
     return [a["ratio"] / b["ratio"] for a, b in zip(late, control) if a and b]
+
+
+def swapped_blocks(durations: list[float], first_profiler: list[bool], first: int) -> dict | None:
+    """Blocks of steps run alternately under two profilers (``first_profiler[i]``: batch ``i`` ran under the
+    first): per pair of adjacent blocks from ``first`` on, the first's median step over the other's; their median and
+    the pairs' count. None without two whole blocks of each."""
+    blocks: list[tuple[bool, list[float]]] = []
+    for d, flag in zip(durations[first:], first_profiler[first:]):
+        if not blocks or blocks[-1][0] != flag:
+            blocks.append((flag, []))
+        blocks[-1][1].append(d)
+    blocks = blocks[1:-1]  # the first and the last may be cut short
+    pairs = [(a, b) if fa else (b, a) for (fa, a), (_, b) in zip(blocks[::2], blocks[1::2])]
+    if len(pairs) < 2:
+        return None
+    ratios = [statistics.median(a) / statistics.median(b) for a, b in pairs]
+    return {"ratio": statistics.median(ratios), "pairs": len(pairs), "ratios": [round(r, 4) for r in ratios]}

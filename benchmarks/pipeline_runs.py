@@ -19,18 +19,22 @@ and its median. Workloads (``examples/workloads.py``, written as people write th
   latent-diffusion fine-tuning step (frozen diffusers VAE encoder and CLIP text encoder, trainable UNet), and a
   frozen ResNet-50 under ``torch.compile``.
 
-A third field picks the precision (``bf16`` -> ``bf16-mixed``, ``16`` -> ``16-mixed``). Configurations:
-``serial`` (no callback), ``auto`` (``StreamPipeline()``, no arguments), ``on`` (``mode="on"``: staging thread,
-the frozen calls as a CUDA graph when its capture is checked equal), ``on_inline``, ``on+graph`` (``cuda_graph=True``:
-the same as ``on`` now), ``on_eager`` (``cuda_graph=False``), ``copy`` (``backbone=False``, inline: the copy alone),
-``copy_nopin`` (the same, ``pin_memory=False``); any of them with ``+streamprof`` (``auto+streamprof``) also
-runs the default ``StreamProfiler``, as ``profiler="streamprof"`` gives it, with ``+streamprof-idle`` the same
-profiler with no window (its hooks, threads and worker only), and with ``+streamprof-late`` one window of the default
-options at the middle of the run: the median step after it against the one before it, over the same ratio of the
-configuration alone (``_aftermath.py``), says whether a window slows the steps that follow it. A profiled configuration beside the same one alone
-gets, per round, the whole run's ratio and that of the median step of each run's second half (far from the first
-window and auto's first trials): a loss that the second half shares is not the windows'. ``--profile CONFIG,...`` adds a StreamProfiler window at step
-``--profile-at`` to those configurations' last round (its traces and summary under ``--out``).
+A third field picks the precision (``bf16`` -> ``bf16-mixed``, ``16`` -> ``16-mixed``). Configurations: ``serial``
+(no callback), ``auto`` (``StreamPipeline()``, no arguments), ``on`` (``mode="on"``: staging thread, the frozen
+calls as a CUDA graph when its capture is checked equal), ``on_inline``, ``on+graph`` (``cuda_graph=True``: the same
+as ``on`` now), ``on_eager`` (``cuda_graph=False``), ``copy`` (``backbone=False``, inline: the copy alone),
+``copy_nopin`` (the same, ``pin_memory=False``); any of them with ``+streamprof`` (``auto+streamprof``) also runs
+the default ``StreamProfiler``, as ``profiler="streamprof"`` gives it, with ``+streamprof-idle`` the same profiler
+with no window (its hooks, threads and worker only), and with ``+streamprof-late`` one window of the default options
+at the middle of the run: the median step after it against the one before it, over the same ratio of the
+configuration alone (``_aftermath.py``), says whether a window slows the steps that follow it; with
+``+streamprof-swap`` the profiler with no window is swapped with Lightning's own (``PassThroughProfiler``, a run's
+profiler without one) every 50 steps of the same run: the median step of its blocks over that of the adjacent blocks
+under Lightning's says what its hooks and scopes do to the steps, free of the drift between runs. A profiled
+configuration beside the same one alone gets, per round, the whole run's ratio and that of the median step of each
+run's second half (far from the first window and auto's first trials): a loss that the second half shares is not the
+windows'. ``--profile CONFIG,...`` adds a StreamProfiler window at step ``--profile-at`` to those configurations'
+last round (its traces and summary under ``--out``).
 Under ``--devices 2`` Lightning's DDP launcher runs this script once per rank; rank 0 writes the results.
 """
 
@@ -58,7 +62,8 @@ from _record import code_version  # noqa: E402
 from gpu_augmentation import Classifier, RandomImages  # noqa: E402
 from workloads import ArticleSegmenter, FrozenResNetClassifier, ResidentImages, SegmentationData  # noqa: E402
 import zoo_workloads  # noqa: E402
-from _aftermath import after_before, late_start, lingering  # noqa: E402
+from _aftermath import after_before, late_start, lingering, swapped_blocks  # noqa: E402
+from lightning.pytorch.profilers import PassThroughProfiler  # noqa: E402
 
 from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
 
@@ -79,6 +84,8 @@ ZOO = ("vit", "vitff", "ldm", "ldmsu", "ldmsd", "resnet50c", "busy")  # benchmar
 WITH_PROFILER = "+streamprof"  # a configuration with this suffix also runs the default StreamProfiler
 IDLE_PROFILER = "+streamprof-idle"  # ... and with this one the same profiler with no window
 LATE_PROFILER = "+streamprof-late"  # ... and with this one a single window at the middle of the run
+SWAP_PROFILER = "+streamprof-swap"  # ... and with this one the profiler with no window, swapped with Lightning's own
+SWAP_EVERY = 50  # steps between the swaps
 
 
 class RunClock(L.Callback):
@@ -109,6 +116,24 @@ class RunClock(L.Callback):
     @property
     def rate(self) -> float:
         return (self.n1 - self.n0) / (self.t1 - self.t0)
+
+
+class ProfilerSwap(L.Callback):
+    """Every ``SWAP_EVERY`` steps, swaps the Trainer's profiler for ``other`` and back (Lightning's loops look it up
+    at every action), and records for each batch whether the Trainer's own one was in place."""
+
+    def __init__(self, other) -> None:
+        self.other, self.own, self.flags = other, None, []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.own is None:
+            self.own = trainer.profiler
+        if trainer.global_step and trainer.global_step % SWAP_EVERY == 0:
+            trainer.profiler = self.other if trainer.profiler is self.own else self.own
+        self.flags.append(trainer.profiler is self.own)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        trainer.profiler = self.own  # the Trainer's own profiler ends the stage
 
 
 def _sync(trainer) -> None:
@@ -148,7 +173,7 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     if pipeline is not None:
         pipe = StreamPipeline(**pipeline)
         callbacks.insert(0, pipe)
-    profiler = None
+    profiler = swap = None
     if profile_dir:
         profiler = StreamProfiler(dirpath=profile_dir, skip_first=args.profile_at, warmup=2, active=3, every=0,
                                   max_overhead=None, with_stack=args.profile_stack)
@@ -156,6 +181,10 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
         profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"))
     elif config.endswith(IDLE_PROFILER):  # the same, its first window beyond the run
         profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=10**9)
+    elif config.endswith(SWAP_PROFILER):  # the same with no window, and Lightning's own in every other block
+        profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=10**9)
+        swap = ProfilerSwap(PassThroughProfiler())
+        callbacks.append(swap)
     elif config.endswith(LATE_PROFILER):  # one window of the default options, at the middle of the run
         profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=late_start(args.steps),
                                   every=0)
@@ -178,6 +207,8 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     out = {"rate": clock.rate, "mem_early_mb": clock.mem_early / 2**20, "mem_end_mb": clock.mem_end / 2**20,
            "rank": trainer.global_rank, "second_half_ms": second_half_ms(clock.starts), "step_ms": step_ms,
            "after_before": after_before(step_ms, args.steps, AFTER_TRIALS, clock.watched)}
+    if swap is not None:
+        out["swap"] = swapped_blocks(step_ms, swap.flags, AFTER_TRIALS)
     if pipe is not None:
         out["report"] = pipe.report()
         out["staged_outputs_used"] = {c.label: c.hits for c in pipe.staged_calls}
@@ -189,7 +220,9 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
 
 def base_config(config: str) -> str:
     """The pipeline configuration of ``config``, without its profiler suffix."""
-    return config.removesuffix(IDLE_PROFILER).removesuffix(LATE_PROFILER).removesuffix(WITH_PROFILER)
+    for suffix in (IDLE_PROFILER, LATE_PROFILER, SWAP_PROFILER, WITH_PROFILER):
+        config = config.removesuffix(suffix)
+    return config
 
 
 def second_half_ms(starts: list[float]) -> float:
@@ -263,6 +296,9 @@ def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
     row["lingering_per_round"] = {c: lingering([r["after_before"] for r in rs],
                                                [r["after_before"] for r in runs[base_config(c)]])
                                   for c, rs in runs.items() if c.endswith(LATE_PROFILER) and base_config(c) in runs}
+    # the profiler swapped with Lightning's own every SWAP_EVERY steps: its blocks' median step over the others'
+    row["swap_per_round"] = {c: [r["swap"]["ratio"] for r in rs if r.get("swap")] for c, rs in runs.items()
+                             if c.endswith(SWAP_PROFILER)}
     last = {c: rs[-1] for c, rs in runs.items()}
     row["reports"] = {c: r.get("report", "") for c, r in last.items() if r.get("report")}
     row["staged_outputs_used"] = {c: [r.get("staged_outputs_used", 0), r.get("pipelined_steps", 0)]
@@ -313,6 +349,14 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
                   " the same steps of the configuration alone, per round (above 1: the steps after the window ran"
                   " slower):"]
         for workload, c, v in late:
+            lines.append(f"- {workload} {c}: " + ", ".join(f"{x:.3f}" for x in v)
+                         + f" (median {statistics.median(v):.3f})")
+    swaps = [(r["workload"], c, v) for r in rows for c, v in r.get("swap_per_round", {}).items() if v]
+    if swaps:
+        lines += ["", f"The profiler with no window swapped with Lightning's own every {SWAP_EVERY} steps, in one run:"
+                  " the median step of its blocks over that of the adjacent blocks under Lightning's, the median over"
+                  " the pairs, per round (above 1: the steps ran slower with the profiler in place):"]
+        for workload, c, v in swaps:
             lines.append(f"- {workload} {c}: " + ", ".join(f"{x:.3f}" for x in v)
                          + f" (median {statistics.median(v):.3f})")
     lines += ["", "Staged backbone outputs used / steps pipelined, device memory at step 100 and at the end (MB),"

@@ -63,3 +63,17 @@ def test_pooled_rounds_give_the_geometric_mean_with_a_student_t_interval():
     assert p["low"] == pytest.approx(math.exp(-half)) and p["high"] == pytest.approx(math.exp(half))
     assert p["needed"] == 385 and p["stated"] == 0.01
     assert p["own_clock"] == pytest.approx(0.2 * 100.0 / 1000)  # the median run's excess x rate / steps
+
+
+def test_swapped_blocks_pair_adjacent_blocks_and_drop_the_cut_ones():
+    from _aftermath import swapped_blocks
+
+    flags, durations = [], []
+    for block in range(8):  # 8 blocks of 10 steps, the first profiler in the even ones, 5% slower there
+        own = block % 2 == 0
+        flags += [own] * 10
+        durations += [10.5 if own else 10.0] * 10
+    flags[:3], durations[:3] = [False] * 3, [99.0] * 3  # a first block cut short, left out with the last
+    result = swapped_blocks(durations, flags, first=0)
+    assert result["pairs"] == 3 and result["ratio"] == pytest.approx(1.05)
+    assert swapped_blocks(durations[:25], flags[:25], first=0) is None
