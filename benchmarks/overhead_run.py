@@ -4,9 +4,9 @@ CUPTI's set-up as a user's run does): ``python benchmarks/overhead_run.py '<spec
 The spec: ``workload`` (``vit``: a frozen timm ViT linear probe on dict batches of uint8 images, normalised in
 ``training_step``; ``seg``: the seed's frozen-backbone segmentation on a resident pool of uint8 images and int64
 label maps through ``workers`` loader processes; ``segdev``: the same model on batches already on the device, no
-loader at all, so that the GPU sets the pace and the host's noise moves the run least), ``batch``, ``precision``, ``image_size``,
-``arch`` (timm), ``workers``, ``threads`` (``torch.set_num_threads``, 0: torch's default), ``steps`` and
-``config``:
+loader at all — still host-bound on an H200 at batch 32, 33% GPU utilization in its windows), ``batch``,
+``precision``, ``image_size``, ``arch`` (timm), ``workers``, ``threads`` (``torch.set_num_threads``, 0: torch's
+default), ``steps`` and ``config``:
 
 - ``none``: no profiler;
 - ``streamprof``: ``Trainer(profiler="streamprof")``, the default as users turn it on;
