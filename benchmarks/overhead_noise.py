@@ -25,8 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from _record import command, machine, machine_line, now  # noqa: E402
+from profiler_overhead import rounds_for_one_point  # noqa: E402
 
-WITHIN = 0.01  # the question: is the loss known to within 1 point?
 Z95 = 1.96
 #: Student's t at 97.5% for 1..30 degrees of freedom (a two-sided 95% interval of a mean of few rounds)
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -57,12 +57,13 @@ def pooled(pairs: list[tuple[dict, dict]]) -> dict:
     ratios = [r["rate"] / b["rate"] for r, b in pairs]
     logs = [math.log(x) for x in ratios]
     out = {"rounds": len(ratios), "median": statistics.median(ratios), "geomean": math.exp(statistics.fmean(logs))}
-    if len(logs) >= 3:
-        spread = statistics.stdev(logs)
+    needed = rounds_for_one_point(ratios)
+    if needed is not None:
+        spread = needed[0]
         t = T975[len(logs) - 2] if len(logs) - 1 <= len(T975) else Z95
         half = t * spread / math.sqrt(len(logs))
         out.update(spread=spread, low=math.exp(statistics.fmean(logs) - half),
-                   high=math.exp(statistics.fmean(logs) + half), needed=math.ceil((Z95 * spread / WITHIN) ** 2))
+                   high=math.exp(statistics.fmean(logs) + half), needed=needed[1])
     stated = [r["stated_fraction"] for r, _ in pairs if r.get("stated_fraction") is not None]
     clock = [r["watched_excess_s"] * r["rate"] / r["steps"] for r, _ in pairs if r.get("watched_steps")]
     if stated:

@@ -148,7 +148,8 @@ def summarise(rows: list[dict]) -> list[dict]:
                            if r.get("between_windows_step_ms") and b.get("between_windows_step_ms")]
                 if between:
                     entry["between_windows_vs_none"] = statistics.median(between)
-                after = lingering([r.get("after_before") for r, _ in paired], [b.get("after_before") for _, b in paired])
+                after = lingering([r.get("after_before") for r, _ in paired],
+                                  [b.get("after_before") for _, b in paired])
                 if after and config == "streamprof-late":
                     entry["lingering"] = _spread(after)
             for key in ("windows", "trace_files"):
@@ -229,14 +230,14 @@ def verdicts(summary: list[dict]) -> list[str]:
         out.append(line)
         needed = rounds_for_one_point(e["ratio"]["values"])
         if needed is not None:
-            out.append(f"- {e['workload']}: the per-round ratios spread by {100 * needed[0]:.1f}% (standard deviation of "
-                       f"their logarithms): a whole-run answer within {100 * STATED_WITHIN:.0f} point at 95% confidence "
-                       f"needs about {needed[1]:,} rounds on this host")
+            out.append(f"- {e['workload']}: the per-round ratios spread by {100 * needed[0]:.1f}% (standard "
+                       f"deviation of their logarithms): a whole-run answer within {100 * STATED_WITHIN:.0f} point at "
+                       f"95% confidence needs about {needed[1]:,} rounds on this host")
     for e in summary:  # a window at the middle of the run: do the steps after it run slower than those before?
         if "lingering" in e:
             r = e["lingering"]
-            out.append(f"- {e['workload']}: after a window at the middle of the run (`streamprof-late`), the run's median "
-                       f"step over its median step before the window is {r['median']:.3f}x ({r['min']:.3f}-"
+            out.append(f"- {e['workload']}: after a window at the middle of the run (`streamprof-late`), the run's "
+                       f"median step over its median step before the window is {r['median']:.3f}x ({r['min']:.3f}-"
                        f"{r['max']:.3f}, {len(r['values'])} rounds) of the same ratio in the round's run without a "
                        "profiler: what a window leaves behind, which the budget does not charge")
     for e in summary:  # the control: the profiler in the run, no window; its ratio is the whole-run noise here
