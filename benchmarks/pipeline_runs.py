@@ -21,20 +21,20 @@ and its median. Workloads (``examples/workloads.py``, written as people write th
 
 A third field picks the precision (``bf16`` -> ``bf16-mixed``, ``16`` -> ``16-mixed``). Configurations: ``serial``
 (no callback), ``auto`` (``StreamPipeline()``, no arguments), ``on`` (``mode="on"``: staging thread, the frozen
-calls as a CUDA graph when its capture is checked equal), ``on_inline``, ``on+graph`` (``cuda_graph=True``: the same
-as ``on`` now), ``on_eager`` (``cuda_graph=False``), ``copy`` (``backbone=False``, inline: the copy alone),
-``copy_nopin`` (the same, ``pin_memory=False``); any of them with ``+streamprof`` (``auto+streamprof``) also runs
-the default ``StreamProfiler``, as ``profiler="streamprof"`` gives it, with ``+streamprof-idle`` the same profiler
-with no window (its hooks, threads and worker only), and with ``+streamprof-late`` one window of the default options
-at the middle of the run: the median step after it against the one before it, over the same ratio of the
-configuration alone (``_aftermath.py``), says whether a window slows the steps that follow it; with
-``+streamprof-swap`` the profiler with no window is swapped with Lightning's own (``PassThroughProfiler``, a run's
-profiler without one) every 50 steps of the same run: the median step of its blocks over that of the adjacent blocks
-under Lightning's says what its hooks and scopes do to the steps, free of the drift between runs. A profiled
-configuration beside the same one alone gets, per round, the whole run's ratio and that of the median step of each
-run's second half (far from the first window and auto's first trials): a loss that the second half shares is not the
-windows'. ``--profile CONFIG,...`` adds a StreamProfiler window at step ``--profile-at`` to those configurations'
-last round (its traces and summary under ``--out``).
+calls as a CUDA graph when its capture is checked equal), ``on_inline``, ``on_thread`` (the staging thread also
+without CUDA), ``on+graph`` (``cuda_graph=True``: the same as ``on`` now), ``on_eager`` (``cuda_graph=False``),
+``copy`` (``backbone=False``, inline: the copy alone), ``copy_nopin`` (the same, ``pin_memory=False``); any of them
+with ``+streamprof`` (``auto+streamprof``) also runs the default ``StreamProfiler``, as ``profiler="streamprof"``
+gives it, with ``+streamprof-idle`` the same profiler with no window (its hooks, threads and worker only), and with
+``+streamprof-late`` one window of the default options at the middle of the run: the median step after it against
+the one before it, over the same ratio of the configuration alone (``_aftermath.py``), says whether a window slows
+the steps that follow it; with ``+streamprof-swap`` the profiler with no window is swapped with Lightning's own
+(``PassThroughProfiler``, a run's profiler without one) every 50 steps of the same run: the median step of its
+blocks over that of the adjacent blocks under Lightning's says what its hooks and scopes do to the steps, free of
+the drift between runs. A profiled configuration beside the same one alone gets, per round, the whole run's ratio
+and that of the median step of each run's second half (far from the first window and auto's first trials): a loss
+that the second half shares is not the windows'. ``--profile CONFIG,...`` adds a StreamProfiler window at step
+``--profile-at`` to those configurations' last round (its traces and summary under ``--out``).
 Under ``--devices 2`` Lightning's DDP launcher runs this script once per rank; rank 0 writes the results.
 """
 
@@ -73,6 +73,7 @@ CONFIGS = {
     "auto": {},
     "on": {"mode": "on"},
     "on_inline": {"mode": "on", "staging_thread": False},
+    "on_thread": {"mode": "on", "staging_thread": True},  # the staging thread also without CUDA
     "on+graph": {"mode": "on", "cuda_graph": True},
     "on_eager": {"mode": "on", "cuda_graph": False},
     "copy": {"mode": "on", "backbone": False, "staging_thread": False},
