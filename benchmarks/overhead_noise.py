@@ -4,8 +4,8 @@ per workload and configuration, each run against its round's run without a profi
     python benchmarks/overhead_noise.py benchmarks/results/profiler_overhead-h200-*.jsonl --tag h200
 
 For each workload and configuration: the rounds, the median and the geometric mean of the per-round ratios to no
-profiler with the mean's 95% interval (Student's t), the spread of the ratios (standard deviation of their logarithms) and the
-rounds that a 1-point answer at 95% confidence needs at that spread; the profiler's stated cost and what each run's
+profiler with the mean's 95% interval (Student's t), the spread of the ratios (standard deviation of their
+logarithms) and the rounds that a 1-point answer at 95% confidence needs at that spread; the profiler's stated cost and what each run's
 own clock measures (the steps of its windows and exports beyond the median of its steps between windows), which the
 host's drift between runs does not reach. Then the runs without a profiler against themselves: the median step of
 a stretch after the middle of the run over that of a stretch before it (``_aftermath.py``), whose spread is how
@@ -25,9 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from _record import command, machine, machine_line, now  # noqa: E402
-from profiler_overhead import rounds_for_one_point  # noqa: E402
+from profiler_overhead import Z95, own_clock_share, rounds_for_one_point  # noqa: E402
 
-Z95 = 1.96
 #: Student's t at 97.5% for 1..30 degrees of freedom (a two-sided 95% interval of a mean of few rounds)
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -65,7 +64,7 @@ def pooled(pairs: list[tuple[dict, dict]]) -> dict:
         out.update(spread=spread, low=math.exp(statistics.fmean(logs) - half),
                    high=math.exp(statistics.fmean(logs) + half), needed=needed[1])
     stated = [r["stated_fraction"] for r, _ in pairs if r.get("stated_fraction") is not None]
-    clock = [r["watched_excess_s"] * r["rate"] / r["steps"] for r, _ in pairs if r.get("watched_steps")]
+    clock = [own_clock_share(r) for r, _ in pairs if r.get("watched_steps")]
     if stated:
         out["stated"] = statistics.median(stated)
     if clock:

@@ -60,6 +60,7 @@ CHILD = os.path.join(HERE, "overhead_run.py")
 BASE = "none"
 GOAL = 0.99  # the default profiler's median ratio to no profiler, on every workload
 STATED_WITHIN = 0.01  # the stated cost within 1 percentage point of the measured loss
+Z95 = 1.96  # the normal quantile of a two-sided 95% interval
 
 
 def parse_workloads(text: str) -> list[tuple[str, int, str]]:
@@ -140,8 +141,7 @@ def summarise(rows: list[dict]) -> list[dict]:
                             if r.get("stated_fraction") is not None]
                     entry.update(stated=statistics.median(stated), measured_loss=1 - entry["ratio"]["median"],
                                  stated_minus_measured=statistics.median(gaps))
-                within = [r["watched_excess_s"] * r["rate"] / r["steps"] for r, _ in paired
-                          if r.get("watched_steps") and r.get("steps")]
+                within = [own_clock_share(r) for r, _ in paired if r.get("watched_steps") and r.get("steps")]
                 if within:
                     entry["within_run"] = statistics.median(within)
                 between = [r["between_windows_step_ms"] / b["between_windows_step_ms"] for r, b in paired
@@ -249,13 +249,19 @@ def verdicts(summary: list[dict]) -> list[str]:
     return out
 
 
+def own_clock_share(row: dict) -> float:
+    """What the run's own clock charges its windows and exports: their steps' time beyond the median step between
+    windows, as a share of the run's timed steps."""
+    return row["watched_excess_s"] * row["rate"] / row["steps"]
+
+
 def rounds_for_one_point(ratios: list[float]) -> tuple[float, int] | None:
     """The spread of the per-round ratios (standard deviation of their logarithms) and the rounds that would put the
     mean ratio within ``STATED_WITHIN`` of its true value at 95% confidence; None with fewer than 3 rounds."""
     if len(ratios) < 3:
         return None
     spread = statistics.stdev(math.log(r) for r in ratios)
-    return spread, math.ceil((1.96 * spread / STATED_WITHIN) ** 2)
+    return spread, math.ceil((Z95 * spread / STATED_WITHIN) ** 2)
 
 
 def _pct(x: float | None, sign: bool = False) -> str:
