@@ -2,6 +2,10 @@
 per workload and configuration, each run against its round's run without a profiler.
 
     python benchmarks/overhead_noise.py benchmarks/results/profiler_overhead-h200-*.jsonl --tag h200
+    python benchmarks/overhead_noise.py benchmarks/results/pipeline_runs-h200-ldmsd-*.json --tag h200-pipelined
+
+``pipeline_runs-*.json`` files give each profiled configuration (``auto+streamprof``, ...) against the same
+configuration alone (``auto``) in its round: the profiler's cost with the pipeline on.
 
 For each workload and configuration: the rounds, the median and the geometric mean of the per-round ratios to no
 profiler with the mean's 95% interval (Student's t), the spread of the ratios (standard deviation of their
@@ -38,6 +42,9 @@ def paired(paths: list[str]) -> tuple[dict, list[float], list[str]]:
     pairs: dict[tuple[str, str], list[tuple[dict, dict]]] = {}
     within, series = [], []
     for path in paths:
+        if path.endswith(".json"):
+            series.append(pipeline_pairs(path, pairs))
+            continue
         rows = [json.loads(line) for line in open(path) if line.strip()]
         rows = [r for r in rows if "rate" in r]
         name = os.path.basename(path).removeprefix("profiler_overhead-").removesuffix(".jsonl")
@@ -49,6 +56,21 @@ def paired(paths: list[str]) -> tuple[dict, list[float], list[str]]:
             if r["config"] != "none" and b is not None:
                 pairs.setdefault((r["workload"], r["config"]), []).append((r, b))
     return pairs, within, series
+
+
+def pipeline_pairs(path: str, pairs: dict) -> str:
+    """Adds a ``pipeline_runs.py`` result's profiled configurations, each paired per round with the same
+    configuration alone (``auto+streamprof`` with ``auto``), to ``pairs``; returns the series' name and code."""
+    with open(path) as f:
+        result = json.load(f)
+    for row in result["rows"]:
+        for config, rates in row["rates"].items():
+            alone = row["rates"].get(config.split("+", 1)[0])
+            if "+" in config and alone:
+                pairs.setdefault((row["workload"], config), []).extend(
+                    ({"rate": r}, {"rate": a}) for r, a in zip(rates, alone))
+    name = os.path.basename(path).removeprefix("pipeline_runs-").removesuffix(".json")
+    return f"{name} (code {result.get('code', '?')})"
 
 
 def pooled(pairs: list[tuple[dict, dict]]) -> dict:
@@ -75,7 +97,7 @@ def pooled(pairs: list[tuple[dict, dict]]) -> dict:
 def render(pairs: dict, within: list[float], series: list[str], meta: dict) -> str:
     lines = [f"# overhead_noise ({meta['date'][:10]})", "", f"`{meta['command']}`  ",
              f"read on {machine_line(meta['machine'])}; series: {'; '.join(series)}", "",
-             "| workload | config | rounds | ratio to no profiler: median | geometric mean (95% interval) | spread "
+             "| workload | config | rounds | rate over the run without a profiler: median | geometric mean (95% interval) | spread "
              "(sd of log ratio) | rounds for 1 point | stated cost | windows' excess, run's clock |",
              "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for (workload, config), rows in sorted(pairs.items()):
@@ -97,7 +119,7 @@ def render(pairs: dict, within: list[float], series: list[str], meta: dict) -> s
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("files", nargs="+", help="profiler_overhead-*.jsonl result files")
+    p.add_argument("files", nargs="+", help="profiler_overhead-*.jsonl or pipeline_runs-*.json result files")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--tag", default="h200")
     args = p.parse_args(argv)

@@ -77,3 +77,20 @@ def test_swapped_blocks_pair_adjacent_blocks_and_drop_the_cut_ones():
     result = swapped_blocks(durations, flags, first=0)
     assert result["pairs"] == 3 and result["ratio"] == pytest.approx(1.05)
     assert swapped_blocks(durations[:25], flags[:25], first=0) is None
+
+
+def test_pipeline_results_pair_each_profiled_configuration_with_the_same_one_alone(tmp_path):
+    import json
+
+    from overhead_noise import paired
+
+    result = {"code": "abc1234", "rows": [{"workload": "ldmsd:16", "rates": {
+        "serial": [10.0, 10.0], "auto": [20.0, 10.0], "auto+streamprof": [19.0, 11.0], "serial+streamprof": [9.0, 10.0]}}]}
+    path = tmp_path / "pipeline_runs-h200-x.json"
+    path.write_text(json.dumps(result))
+    pairs, within, series = paired([str(path)])
+    assert series == ["h200-x (code abc1234)"] and within == []
+    assert sorted(pairs) == [("ldmsd:16", "auto+streamprof"), ("ldmsd:16", "serial+streamprof")]
+    ratios = [r["rate"] / b["rate"] for r, b in pairs[("ldmsd:16", "auto+streamprof")]]
+    assert ratios == pytest.approx([0.95, 1.1])
+    assert pooled(pairs[("ldmsd:16", "serial+streamprof")])["median"] == pytest.approx(0.95)
