@@ -9,11 +9,11 @@ configuration alone (``auto``) in its round: the profiler's cost with the pipeli
 
 For each workload and configuration: the rounds, the median and the geometric mean of the per-round ratios to no
 profiler with the mean's 95% interval (Student's t), the spread of the ratios (standard deviation of their
-logarithms) and the rounds that a 1-point answer at 95% confidence needs at that spread; the profiler's stated cost and what each run's
-own clock measures (the steps of its windows and exports beyond the median of its steps between windows), which the
-host's drift between runs does not reach. Then the runs without a profiler against themselves: the median step of
-a stretch after the middle of the run over that of a stretch before it (``_aftermath.py``), whose spread is how
-much the host's speed moves within one run.
+logarithms) and the rounds that a 1-point answer at 95% confidence needs at that spread; the profiler's stated cost
+and what each run's own clock measures (the steps of its windows and exports beyond the median of its steps between
+windows), which the host's drift between runs does not reach. Then the runs without a profiler against themselves:
+the median step of a stretch after the middle of the run over that of a stretch before it (``_aftermath.py``), whose
+spread is how much the host's speed moves within one run.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from _profiled_configs import base_config  # noqa: E402
 from _record import command, machine, machine_line, now  # noqa: E402
 from profiler_overhead import Z95, own_clock_share, rounds_for_one_point  # noqa: E402
 
@@ -65,8 +66,8 @@ def pipeline_pairs(path: str, pairs: dict) -> str:
         result = json.load(f)
     for row in result["rows"]:
         for config, rates in row["rates"].items():
-            alone = row["rates"].get(config.split("+", 1)[0])
-            if "+" in config and alone:
+            alone = row["rates"].get(base_config(config))
+            if config != base_config(config) and alone:
                 pairs.setdefault((row["workload"], config), []).extend(
                     ({"rate": r}, {"rate": a}) for r, a in zip(rates, alone))
     name = os.path.basename(path).removeprefix("pipeline_runs-").removesuffix(".json")
@@ -97,8 +98,8 @@ def pooled(pairs: list[tuple[dict, dict]]) -> dict:
 def render(pairs: dict, within: list[float], series: list[str], meta: dict) -> str:
     lines = [f"# overhead_noise ({meta['date'][:10]})", "", f"`{meta['command']}`  ",
              f"read on {machine_line(meta['machine'])}; series: {'; '.join(series)}", "",
-             "| workload | config | rounds | rate over the run without a profiler: median | geometric mean (95% interval) | spread "
-             "(sd of log ratio) | rounds for 1 point | stated cost | windows' excess, run's clock |",
+             "| workload | config | rounds | rate over the run without a profiler: median | geometric mean (95% "
+             "interval) | spread (sd of log ratio) | rounds for 1 point | stated cost | windows' excess, run's clock |",
              "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for (workload, config), rows in sorted(pairs.items()):
         p = pooled(rows)

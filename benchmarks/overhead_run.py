@@ -175,8 +175,8 @@ def run(spec: dict) -> dict:
     model, loader = make_workload(spec)
     clock = RunClock()
     trainer = L.Trainer(max_steps=spec["steps"], accelerator="auto", devices=1, precision=spec["precision"],
-                        profiler=make_profiler(spec["config"], out, spec["steps"]), callbacks=[clock], default_root_dir=out,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        profiler=make_profiler(spec["config"], out, spec["steps"]), callbacks=[clock],
+                        default_root_dir=out, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, max_epochs=-1)
     trainer.fit(model, loader)
     t_fit = time.perf_counter()

@@ -62,7 +62,8 @@ from _record import code_version  # noqa: E402
 from gpu_augmentation import Classifier, RandomImages  # noqa: E402
 from workloads import ArticleSegmenter, FrozenResNetClassifier, ResidentImages, SegmentationData  # noqa: E402
 import zoo_workloads  # noqa: E402
-from _aftermath import after_before, late_start, lingering, swapped_blocks  # noqa: E402
+from _aftermath import after_before, lingering, swapped_blocks  # noqa: E402
+from _profiled_configs import LATE_PROFILER, SWAP_PROFILER, base_config, profiler_options  # noqa: E402
 from lightning.pytorch.profilers import PassThroughProfiler  # noqa: E402
 
 from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
@@ -82,10 +83,6 @@ CONFIGS = {
 START = 10  # runs are timed from this step to their end
 AFTER_TRIALS = 200  # auto's first trials are over by this step: a late window's "before" starts no earlier
 ZOO = ("vit", "vitff", "ldm", "ldmsu", "ldmsd", "resnet50c", "busy")  # benchmarks/zoo_workloads.py
-WITH_PROFILER = "+streamprof"  # a configuration with this suffix also runs the default StreamProfiler
-IDLE_PROFILER = "+streamprof-idle"  # ... and with this one the same profiler with no window
-LATE_PROFILER = "+streamprof-late"  # ... and with this one a single window at the middle of the run
-SWAP_PROFILER = "+streamprof-swap"  # ... and with this one the profiler with no window, swapped with Lightning's own
 SWAP_EVERY = 50  # steps between the swaps
 
 
@@ -178,17 +175,11 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     if profile_dir:
         profiler = StreamProfiler(dirpath=profile_dir, skip_first=args.profile_at, warmup=2, active=3, every=0,
                                   max_overhead=None, with_stack=args.profile_stack)
-    elif config.endswith(WITH_PROFILER):  # the default profiler, as `profiler="streamprof"` gives it
-        profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"))
-    elif config.endswith(IDLE_PROFILER):  # the same, its first window beyond the run
-        profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=10**9)
-    elif config.endswith(SWAP_PROFILER):  # the same with no window, and Lightning's own in every other block
-        profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=10**9)
-        swap = ProfilerSwap(PassThroughProfiler())
-        callbacks.append(swap)
-    elif config.endswith(LATE_PROFILER):  # one window of the default options, at the middle of the run
-        profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), skip_first=late_start(args.steps),
-                                  every=0)
+    elif (profiler_kwargs := profiler_options(config, args.steps)) is not None:
+        profiler = StreamProfiler(dirpath=tempfile.mkdtemp(prefix="streamprof-"), **profiler_kwargs)
+        if config.endswith(SWAP_PROFILER):  # Lightning's own profiler in every other block of steps
+            swap = ProfilerSwap(PassThroughProfiler())
+            callbacks.append(swap)
     options = dict(enable_checkpointing=False, limit_val_batches=0)
     val = None
     if workload == "busy":
@@ -217,13 +208,6 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     if profiler is not None:
         out["summary"] = profiler.summary()
     return out
-
-
-def base_config(config: str) -> str:
-    """The pipeline configuration of ``config``, without its profiler suffix."""
-    for suffix in (IDLE_PROFILER, LATE_PROFILER, SWAP_PROFILER, WITH_PROFILER):
-        config = config.removesuffix(suffix)
-    return config
 
 
 def second_half_ms(starts: list[float]) -> float:
@@ -346,9 +330,9 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
                          + f" (median {statistics.median(v['second_half']):.3f})")
     late = [(r["workload"], c, v) for r in rows for c, v in r.get("lingering_per_round", {}).items() if v]
     if late:
-        lines += ["", "A window at the middle of the run: its run's median step after it over the one before it, against"
-                  " the same steps of the configuration alone, per round (above 1: the steps after the window ran"
-                  " slower):"]
+        lines += ["", "A window at the middle of the run: its run's median step after it over the one before it,"
+                  " against the same steps of the configuration alone, per round (above 1: the steps after the window"
+                  " ran slower):"]
         for workload, c, v in late:
             lines.append(f"- {workload} {c}: " + ", ".join(f"{x:.3f}" for x in v)
                          + f" (median {statistics.median(v):.3f})")

@@ -148,10 +148,11 @@ def summarise(rows: list[dict]) -> list[dict]:
                            if r.get("between_windows_step_ms") and b.get("between_windows_step_ms")]
                 if between:
                     entry["between_windows_vs_none"] = statistics.median(between)
-                after = lingering([r.get("after_before") for r, _ in paired],
-                                  [b.get("after_before") for _, b in paired])
-                if after and config == "streamprof-late":
-                    entry["lingering"] = _spread(after)
+                if config == "streamprof-late":
+                    after = lingering([r.get("after_before") for r, _ in paired],
+                                      [b.get("after_before") for _, b in paired])
+                    if after:
+                        entry["lingering"] = _spread(after)
             for key in ("windows", "trace_files"):
                 values = [r[key] for r in mine if r.get(key) is not None]
                 if values:

@@ -84,8 +84,9 @@ def test_pipeline_results_pair_each_profiled_configuration_with_the_same_one_alo
 
     from overhead_noise import paired
 
-    result = {"code": "abc1234", "rows": [{"workload": "ldmsd:16", "rates": {
-        "serial": [10.0, 10.0], "auto": [20.0, 10.0], "auto+streamprof": [19.0, 11.0], "serial+streamprof": [9.0, 10.0]}}]}
+    rates = {"serial": [10.0, 10.0], "auto": [20.0, 10.0], "auto+streamprof": [19.0, 11.0],
+             "serial+streamprof": [9.0, 10.0], "on": [30.0, 30.0], "on+graph": [31.0, 29.0]}  # on+graph: no profiler
+    result = {"code": "abc1234", "rows": [{"workload": "ldmsd:16", "rates": rates}]}
     path = tmp_path / "pipeline_runs-h200-x.json"
     path.write_text(json.dumps(result))
     pairs, within, series = paired([str(path)])
