@@ -10,6 +10,10 @@ from collections.abc import Callable
 
 from lightning_streamprof import __version__
 
+#: the files that ``report`` and ``compare`` write by default, or into a directory given as ``-o``
+REPORT_NAME = "streamprof-report.html"
+COMPARE_NAME = "streamprof-compare.html"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -48,8 +52,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     report.add_argument("path", nargs="+", metavar="PATH",
                         help="trace file or directory of traces (a run, a window, or a directory of runs); several: "
                              "one run's traces from each host")
-    report.add_argument("-o", "--output", default="streamprof-report.html",
-                        help="the HTML file to write (default: %(default)s; an fsspec URL works)")
+    report.add_argument("-o", "--output", default=REPORT_NAME,
+                        help="the HTML file to write (default: %(default)s; a directory: that name in it; - for "
+                             "standard output; an fsspec URL works)")
     report.add_argument("--run", help="only this run of a directory that holds several (default: every run)")
 
 
@@ -69,7 +74,8 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("--run-b", help="the run of B, when B holds several")
     compare.add_argument("--top", type=_at_least_one, default=10,
                          help="kernels of each side to compare (default: %(default)s)")
-    compare.add_argument("-o", "--output", help="also write the comparison as a self-contained HTML file")
+    compare.add_argument("-o", "--output", help="also write the comparison as a self-contained HTML file (a "
+                                                "directory: %s in it; - for standard output, alone)" % COMPARE_NAME)
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -106,16 +112,39 @@ class OutputError(ValueError):
     """The output file of a command cannot be written (its message names the file and the reason)."""
 
 
-def _write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` (a local path or URL) through a temporary name: an earlier file survives a failed
-    write, and none is left cut off or empty."""
+def _output_target(path: str, default_name: str, inputs: list[str]) -> str | None:
+    """The file that ``-o path`` writes, checked before any trace is read (see
+    :func:`lightning_streamprof.output.output_file`: a directory gets ``default_name`` in it; an input or a trace's
+    name in a run being read is refused); None for standard output (``-``, ``/dev/stdout``)."""
+    from lightning_streamprof.api import TRACE_SUFFIXES
     from lightning_streamprof.errors import describe
-    from lightning_streamprof.profiling.storage import write_atomic
+    from lightning_streamprof.output import OutputRefused, is_stdout, output_file
 
+    if is_stdout(path):
+        return None
     try:
-        write_atomic(path, text.encode("utf-8"), make_parents=False)
+        return output_file(path, default_name, inputs, lambda name: name.endswith(TRACE_SUFFIXES))
+    except OutputRefused as err:
+        raise OutputError(str(err)) from None
     except (OSError, ImportError, ValueError) as err:
         raise OutputError(f"{path}: cannot write: {describe(err)}") from None
+
+
+def _write_output(target: str | None, text: str) -> None:
+    """Write ``text`` to ``target`` (None: standard output) through a temporary name, so that an earlier file
+    survives a failed write and none is left cut off or empty; a directory, device, FIFO or socket is never
+    replaced (:func:`lightning_streamprof.output.write_atomic`)."""
+    from lightning_streamprof.errors import describe
+    from lightning_streamprof.output import write_atomic
+
+    if target is None:
+        _print(text)
+        return
+    try:
+        write_atomic(target, text.encode("utf-8"), make_parents=False)
+    except (OSError, ImportError, ValueError) as err:
+        raise OutputError(f"{target}: cannot write: {describe(err)}") from None
+    _print(f"Wrote {target}\n")
 
 
 def _print(text: str | bytes) -> None:
@@ -158,20 +187,21 @@ def _at_least_one(text: str) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from lightning_streamprof.report.html import render_report
-    from lightning_streamprof.report.pipeline_notes import read_pipeline_notes
+    from lightning_streamprof.trace.beside import read_pipeline_notes
     from lightning_streamprof.trace import TraceFormatError
 
     from lightning_streamprof.api import label
 
+    target = _output_target(args.output, REPORT_NAME, args.path)
     runs = _read_runs(args.path)
     if args.run is not None:
         runs = [r for r in runs if r.run == args.run]
         if not runs:
             raise TraceFormatError(label(args.path), f"no run named {args.run!r}")
-    _warn([r.merged for r in runs])
-    html = render_report(runs, label(args.path), pipeline=read_pipeline_notes(runs))
-    _write_text(args.output, html)
-    _print(f"Wrote {args.output}\n")
+    pipeline, problems = read_pipeline_notes(runs)
+    _warn([r.merged for r in runs], problems)
+    html = render_report(runs, label(args.path), pipeline=pipeline)
+    _write_output(target, html)
     return 0
 
 
@@ -180,22 +210,24 @@ def _compare(args: argparse.Namespace) -> int:
     from lightning_streamprof.report.compare import compare, render_compare_html, render_compare_text
 
     side_a, side_b = [args.a, *args.with_a], [args.b, *args.with_b]
+    target = _output_target(args.output, COMPARE_NAME, [*side_a, *side_b]) if args.output else None
     a = select_run(_read_runs(side_a), args.run_a, side_a)
     b = select_run(_read_runs(side_b), args.run_b, side_b)
     _warn([a, b])
     comparison = compare(a, b, _label(side_a, args.run_a), _label(side_b, args.run_b), top=args.top)
-    _print(render_compare_text(comparison) + "\n")
+    if not (args.output and target is None):  # with -o -, the HTML alone goes to standard output
+        _print(render_compare_text(comparison) + "\n")
     if args.output:
-        _write_text(args.output, render_compare_html(comparison))
-        _print(f"Wrote {args.output}\n")
+        _write_output(target, render_compare_html(comparison))
     return 0
 
 
-def _warn(results: list) -> None:
-    """The warnings of ``results`` (skipped traces, ignored values), each once, one line each on stderr."""
+def _warn(results: list, more: list[str] = ()) -> None:
+    """The warnings of ``results`` (skipped traces, ignored values) and ``more``, each once, one line each on
+    stderr."""
     from lightning_streamprof.errors import warn_lines
 
-    warn_lines(list(dict.fromkeys(w for r in results for w in r.warnings)))
+    warn_lines(list(dict.fromkeys([*(w for r in results for w in r.warnings), *more])))
 
 
 def _run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

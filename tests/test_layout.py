@@ -33,6 +33,7 @@ FORBIDDEN = {
     "trace": ("profiling", "analysis", "distributed", "pipeline", "report"),
     "analysis": ("distributed", "profiling", "pipeline", "report"),
     "report": ("trace", "analysis", "distributed", "profiling", "pipeline"),
+    "distributed": ("profiling", "pipeline", "report"),  # the profiler uses the aggregator, not the other way
 }
 
 

@@ -267,7 +267,7 @@ class LiveAggregator:
 
 
 def _write(path: str, data: bytes) -> None:
-    from lightning_streamprof.profiling.storage import write_atomic
+    from lightning_streamprof.output import write_atomic
 
     try:
         write_atomic(path, data)

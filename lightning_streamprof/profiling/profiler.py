@@ -32,6 +32,7 @@ from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedu
 from lightning_streamprof.profiling.session import Activity, KinetoSession, cupti_teardown_note
 from lightning_streamprof.profiling.storage import join_path
 from lightning_streamprof.profiling.run_report import (
+    append_summary,
     moved_notes,
     next_commands,
     run_results,
@@ -353,6 +354,19 @@ class StreamProfiler(Profiler):
     def describe(self) -> None:
         self._finish()
         super().describe()
+
+    @override
+    def _prepare_streams(self) -> None:
+        """With ``filename``, the summary is appended to ``<dirpath>/<stage>-<filename>.txt`` by this package's
+        writes (see :func:`~lightning_streamprof.profiling.run_report.append_summary`); without, it goes to the log
+        as Lightning's profilers do."""
+        if self._write_stream is not None:
+            return
+        if self.filename and self.dirpath:
+            path = join_path(str(self.dirpath), self._prepare_filename())
+            self._write_stream = functools.partial(append_summary, path)
+        else:
+            super()._prepare_streams()
 
     @override
     def teardown(self, stage: str | None) -> None:

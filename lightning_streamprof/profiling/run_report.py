@@ -4,6 +4,7 @@ report, and the commands to run next."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -117,6 +118,31 @@ def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None,
     return path
 
 
+#: a summary file grows by a few kilobytes a stage; one larger than this is not one to append to
+_SUMMARY_LIMIT = 16 << 20
+
+
+def append_summary(path: str, text: str) -> None:
+    """Append ``text`` to the summary file at ``path`` (``filename=``), as Lightning's profilers do, but through a
+    temporary name (what the file held survives a failed write) and never into a FIFO, a device or a directory; a
+    problem is a warning, the run goes on."""
+    from lightning_streamprof.errors import describe
+    from lightning_streamprof.trace import TraceFormatError
+    from lightning_streamprof.trace.remote import read_text
+
+    try:
+        try:
+            earlier = read_text(path, _SUMMARY_LIMIT)
+        except TraceFormatError as err:
+            if err.reason != "no such file or directory":
+                raise
+            earlier = ""
+        write_atomic(path, (earlier + text).encode("utf-8"))
+    except Exception as err:  # noqa: BLE001 - the run is over; a missing summary is a warning
+        reason = err.reason if isinstance(err, TraceFormatError) else describe(err)
+        warnings.warn(f"StreamProfiler: could not write the summary {path}: {reason}", stacklevel=2)
+
+
 #: fsspec protocols whose files live in this process only: no other process (a command, a browser) can read them
 _IN_PROCESS = ("memory",)
 
@@ -137,9 +163,9 @@ def next_commands(run_dir: str, report: str | None, log_dirs: Sequence[str] = ()
         lines.append(f"HTML report (open it in a browser): {report}")
     lines.append("Next:")
     streamprof = command("streamprof")
-    lines.append(f"  {streamprof} analyze {run_dir}")
-    lines.append(f"  {streamprof} report {run_dir} -o report.html")
-    lines += [f"  {tensorboard} --logdir {d}" for d in log_dirs]
+    lines.append(f"  {streamprof} analyze {shlex.quote(run_dir)}")
+    lines.append(f"  {streamprof} report {shlex.quote(run_dir)} -o report.html")
+    lines += [f"  {tensorboard} --logdir {shlex.quote(d)}" for d in log_dirs]
     return lines
 
 

@@ -15,10 +15,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import fsspec
-from fsspec.core import split_protocol, url_to_fs
+from fsspec.core import split_protocol
 
 from lightning_streamprof.errors import describe
 from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline, io_timeout
+from lightning_streamprof.locations import filesystem as _filesystem
+from lightning_streamprof.locations import is_local, is_url
 from lightning_streamprof.trace.table import TraceFormatError
 
 T = TypeVar("T")
@@ -30,11 +32,11 @@ EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gs"), "g
 _BOUNDED = {
     "s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}}},
 }
-_LOCAL = ("file", "local")
 
 
 def protocol(path: str) -> str:
-    return split_protocol(str(path))[0] or "file"
+    """The protocol of ``path`` (``file`` for a local path, whatever ``::`` it holds)."""
+    return (split_protocol(str(path))[0] if is_url(path) else None) or "file"
 
 
 class LastFailure:
@@ -75,7 +77,7 @@ def filesystem(path: str) -> tuple[Any, str]:
     proto = protocol(path)
     try:
         options, failure = _options(proto)
-        fs, local = url_to_fs(str(path), **options)
+        fs, local = _filesystem(str(path), **options)
         if failure is not None:
             fs._streamprof_last_failure = failure
         return fs, local
@@ -87,11 +89,6 @@ def filesystem(path: str) -> tuple[Any, str]:
         if isinstance(err, ValueError) and "not known" in str(err).lower():
             raise TraceFormatError(str(path), f"unknown protocol {proto}://") from None
         raise TraceFormatError(str(path), describe(err)) from None
-
-
-def is_local(fs: Any) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return any(p in _LOCAL for p in protocols)
 
 
 def bounded(fs: Any, path: str, fn: Callable[[], T], what: str) -> T:
@@ -182,3 +179,19 @@ def opened(path: str) -> Iterator[_Reader]:
     finally:
         with contextlib.suppress(Exception):
             f.close()
+
+
+def read_text(path: str, limit: int) -> str:
+    """The UTF-8 text of a small file beside the traces (StreamPipeline's notes, a summary), read as a trace is: a
+    regular file only, each request bounded in time, no more than ``limit`` bytes; :class:`TraceFormatError`
+    naming ``path`` for anything else (too large, not UTF-8, not there)."""
+    with opened(path) as f:
+        if f.size is not None and f.size > limit:
+            raise TraceFormatError(path, f"larger than {limit:,} bytes ({f.size:,} bytes)")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise TraceFormatError(path, f"larger than {limit:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TraceFormatError(path, f"not UTF-8 text (byte {err.start})") from None

@@ -222,37 +222,20 @@ def test_a_save_never_waits_behind_a_slow_store(tmp_path, private_tmp, gate):
 
 EXIT_DURING_WRITE = r"""
 import sys, threading
-from lightning_streamprof.profiling import storage
+from lightning_streamprof import output
 
-real = storage.filesystem
 started = threading.Event()
 
 
-class Stuck:
-    def __init__(self, f):
-        self.f = f
-    def __enter__(self):
-        return self
-    def __exit__(self, *exc):
-        self.f.close()
-    def write(self, data):
-        self.f.write(data[:10])
-        self.f.flush()
-        started.set()
-        threading.Event().wait()  # the write never ends: the program exits under it
+def stuck(fd, data):
+    import os
+    os.write(fd, data[:10])
+    started.set()
+    threading.Event().wait()  # the write never ends: the program exits under it
 
 
-class Fs:
-    def __init__(self, fs):
-        self.fs = fs
-    def __getattr__(self, name):
-        return getattr(self.fs, name)
-    def open(self, path, mode):
-        return Stuck(self.fs.open(path, mode))
-
-
-storage.filesystem = lambda path: (Fs(real(path)[0]), real(path)[1])
-threading.Thread(target=storage.write_atomic, args=(sys.argv[1], b"x" * 100), daemon=True).start()
+output._write_all = stuck
+threading.Thread(target=output.write_atomic, args=(sys.argv[1], b"x" * 100), daemon=True).start()
 assert started.wait(30)
 print("exiting", flush=True)
 """
@@ -261,22 +244,29 @@ print("exiting", flush=True)
 def test_only_local_writes_are_left_for_the_exit_to_clean_up(tmp_path, monkeypatch):
     """A remote store's temporary object appears only when its upload completes: the exit has nothing to remove
     there, and must not reach for a store that may be gone."""
-    from lightning_streamprof.profiling import storage
+    import fsspec
+
+    from lightning_streamprof import output
 
     seen = []
-    real_open = storage.fsspec.AbstractFileSystem.open
+    real_open, real_write = fsspec.AbstractFileSystem.open, output._write_all
 
-    def spy(self, path, *args, **kwargs):
-        seen.append((self.protocol, sorted(tmp for _, tmp in storage._in_flight)))
+    def spy_open(self, path, *args, **kwargs):
+        seen.append(("remote", sorted(tmp for _, tmp in output._in_flight)))
         return real_open(self, path, *args, **kwargs)
 
-    monkeypatch.setattr(storage.fsspec.AbstractFileSystem, "open", spy)
-    storage.write_atomic(str(tmp_path / "a.gz"), b"x")
-    storage.write_atomic("memory://streamprof-test/a.gz", b"x")
-    (local_protocol, local_pending), (memory_protocol, memory_pending) = seen
-    assert "file" in local_protocol and len(local_pending) == 1 and ".tmp-" in local_pending[0]
-    assert memory_protocol == "memory" and memory_pending == []
-    assert storage._in_flight == set()
+    def spy_write(fd, data):
+        seen.append(("local", sorted(tmp for _, tmp in output._in_flight)))
+        real_write(fd, data)
+
+    monkeypatch.setattr(fsspec.AbstractFileSystem, "open", spy_open)
+    monkeypatch.setattr(output, "_write_all", spy_write)
+    output.write_atomic(str(tmp_path / "a.gz"), b"x")
+    output.write_atomic("memory://streamprof-test/a.gz", b"x")
+    (local, local_pending), (remote, remote_pending) = seen
+    assert local == "local" and len(local_pending) == 1 and ".tmp-" in local_pending[0]
+    assert remote == "remote" and remote_pending == []
+    assert output._in_flight == set() and (tmp_path / "a.gz").read_bytes() == b"x"
 
 
 def test_a_write_under_way_at_exit_leaves_no_temporary_file(tmp_path):
