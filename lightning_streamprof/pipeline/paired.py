@@ -1,0 +1,221 @@
+"""Paired blocks: two ways of running the loop timed so that the host's drift cancels out.
+
+The host's speed drifts by about ±10% over seconds within one run, and can step up or down at any moment. A trial
+of one way after a trial of the other measures that drift as much as the ways. Here the two ways alternate in
+short blocks, starting and ending with the base way (``B C B C … B``), and each candidate block is compared with
+the mean of the base blocks on either side of it: a drift that is close to linear over three blocks cancels, and a
+step change of the host's speed spoils at most the one or two ratios whose blocks straddle it.
+
+Decision rule: the ratios ``base ms / candidate ms`` (above 1: the candidate is faster) are summarised by their
+median, with a distribution-free confidence interval for the median from the ratios' order statistics (the
+binomial sign-test interval, no assumption on the noise's shape, robust to the outliers a step change makes). The
+candidate is *faster* when the whole interval lies above 1, *slower* when it lies below, *unclear* otherwise. The
+blocks stop early, after :attr:`PairedRule.min_pairs`, once the interval is clear, and at
+:attr:`PairedRule.max_pairs` in any case.
+
+The first :attr:`PairedRule.settle` steps after each switch are not timed (the switch itself costs a step), nor
+are steps the caller leaves out (a profiler window, validation, a checkpoint): a block runs one step longer for
+each, up to twice its length.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lightning_streamprof.pipeline.way import Way
+
+Outcome = Literal["faster", "slower", "unclear"]
+
+
+@dataclass(frozen=True)
+class PairedRule:
+    """How paired blocks are run and read: ``block`` timed steps per block after ``settle`` untimed ones; at least
+    ``min_pairs`` and at most ``max_pairs`` candidate blocks; the interval's ``confidence``."""
+
+    block: int = 8
+    settle: int = 2
+    min_pairs: int = 6
+    max_pairs: int = 12
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.block < 1 or self.settle < 0:
+            raise ValueError(f"PairedRule: `block` must be >= 1 and `settle` >= 0, got {self.block}, {self.settle}")
+        if not 1 <= self.min_pairs <= self.max_pairs:
+            raise ValueError(f"PairedRule: need 1 <= min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
+        if not 0.5 < self.confidence < 1:
+            raise ValueError(f"PairedRule: `confidence` must lie in (0.5, 1), got {self.confidence}")
+
+    @property
+    def longest(self) -> int:
+        """The most steps one run of paired blocks takes (no step left out)."""
+        return (2 * self.max_pairs + 1) * (self.settle + self.block)
+
+
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A confidence interval for the median of ``values``: the ``k``-th smallest and ``k``-th largest, with ``k``
+    the largest order for which the chance that fewer than ``k`` values fall below the median (a fair binomial)
+    is at most half of ``1 - confidence``; the whole range when even ``k = 1`` does not reach that."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return (math.nan, math.nan)
+    tail = (1.0 - confidence) / 2.0
+    k, below = 1, 0.0  # below: P(X < k) for X ~ Binomial(n, 1/2)
+    while k < n:
+        below += math.comb(n, k - 1) / 2.0**n
+        if below + math.comb(n, k) / 2.0**n > tail:
+            break
+        k += 1
+    k = min(k, (n + 1) // 2)
+    return (ordered[k - 1], ordered[n - k])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What paired blocks of ``base`` and ``candidate`` found: each candidate block's ``ratios`` (its neighbouring
+    base blocks' mean ms per step over its own; above 1: the candidate is faster), their median and its
+    ``interval``, and the ``outcome``; the mean ms per step of each way's blocks and the steps they took."""
+
+    base: Way
+    candidate: Way
+    ratios: tuple[float, ...]
+    interval: tuple[float, float]
+    outcome: Outcome
+    base_ms: float
+    candidate_ms: float
+    steps: int
+
+    @property
+    def ratio(self) -> float:
+        """The median ratio (above 1: the candidate is faster)."""
+        return statistics.median(self.ratios) if self.ratios else math.nan
+
+    def describe(self) -> str:
+        """One line: the ways, the median ratio with its interval, the blocks and the outcome."""
+        lo, hi = self.interval
+        return (f"{self.candidate.label} against {self.base.label}: {self.ratio:.3f}x (95% interval {lo:.3f}-{hi:.3f},"
+                f" {len(self.ratios)} paired blocks, {self.steps} steps; {self.candidate_ms:.3f} against"
+                f" {self.base_ms:.3f} ms per step) -> {self.outcome}")
+
+
+def read_ratios(ratios: Sequence[float], rule: PairedRule) -> Outcome:
+    """``faster``, ``slower`` or ``unclear`` by the interval of the median ratio (see the module)."""
+    lo, hi = median_interval(ratios, rule.confidence)
+    if lo > 1.0:
+        return "faster"
+    if hi < 1.0:
+        return "slower"
+    return "unclear"
+
+
+@dataclass
+class _Block:
+    way: Way
+    settle_left: int
+    timed_left: int
+    extra_left: int
+    start: float = math.nan
+    timed: int = 0
+    skipped_s: float = 0.0
+
+    def ms(self, now: float) -> float:
+        return (now - self.start - self.skipped_s) * 1e3 / max(1, self.timed)
+
+
+@dataclass
+class PairedBlocks:
+    """Runs paired blocks of ``base`` and ``candidate`` (see the module): :attr:`way` is the way to run for the next
+    step, :meth:`step` is called once per step and returns the :class:`Verdict` when the blocks are done.
+
+    ``clock`` gives seconds; ``sync`` waits for the device before each reading that opens or closes a block;
+    ``reduce`` averages a block's ms per step across processes (every rank calls it at the same steps, so all
+    decide alike)."""
+
+    base: Way
+    candidate: Way
+    rule: PairedRule
+    clock: Callable[[], float]
+    sync: Callable[[], None] = lambda: None
+    reduce: Callable[[list[float]], list[float]] = lambda values: values
+    _blocks: list[tuple[Way, float]] = field(default_factory=list)
+    _block: _Block | None = None
+    _steps: int = 0
+    _mark: float = math.nan
+
+    def __post_init__(self) -> None:
+        self._block = self._new_block(self.base)
+        self._mark = self.clock()
+
+    @property
+    def way(self) -> Way:
+        """The way the next step runs."""
+        return self._block.way if self._block is not None else self.base
+
+    def step(self, left_out: bool = False) -> Verdict | None:
+        """One step has run (``left_out``: it was not training alone); the verdict once the blocks are done."""
+        block = self._block
+        if block is None:
+            raise RuntimeError("PairedBlocks: the blocks are done")
+        self._steps += 1
+        now = self.clock()
+        interval, self._mark = now - self._mark, now
+        if block.settle_left > 0:
+            block.settle_left -= 1
+            if block.settle_left == 0:
+                self._open(block)
+            return None
+        if left_out and block.extra_left > 0:
+            block.extra_left -= 1
+            block.skipped_s += interval
+            return None
+        block.timed += 1
+        block.timed_left -= 1
+        if block.timed_left > 0:
+            return None
+        self.sync()
+        ms = self.reduce([block.ms(self.clock())])[0]
+        self._blocks.append((block.way, ms))
+        verdict = self._verdict()
+        if verdict is not None:
+            self._block = None
+            return verdict
+        self._block = self._new_block(self.candidate if block.way == self.base else self.base)
+        return None
+
+    def _new_block(self, way: Way) -> _Block:
+        block = _Block(way, self.rule.settle, self.rule.block, self.rule.block)
+        if block.settle_left == 0:
+            self._open(block)
+        return block
+
+    def _open(self, block: _Block) -> None:
+        self.sync()
+        block.start = self.clock()
+        self._mark = block.start
+
+    def ratios(self) -> list[float]:
+        """Each candidate block's ratio to the mean of the base blocks on either side of it."""
+        out = []
+        for i in range(1, len(self._blocks) - 1, 2):
+            before, (_, candidate), after = self._blocks[i - 1][1], self._blocks[i], self._blocks[i + 1][1]
+            out.append((before + after) / 2.0 / candidate)
+        return out
+
+    def _verdict(self) -> Verdict | None:
+        """The verdict when a base block has just closed and the rule says stop; else None."""
+        if len(self._blocks) % 2 == 0:  # a candidate block closed: its right-hand neighbour is still to come
+            return None
+        ratios = self.ratios()
+        outcome = read_ratios(ratios, self.rule)
+        pairs = len(ratios)
+        if pairs < self.rule.max_pairs and (pairs < self.rule.min_pairs or outcome == "unclear"):
+            return None
+        base = [ms for way, ms in self._blocks if way == self.base]
+        candidate = [ms for way, ms in self._blocks if way == self.candidate]
+        return Verdict(self.base, self.candidate, tuple(ratios), median_interval(ratios, self.rule.confidence),
+                       outcome, statistics.fmean(base), statistics.fmean(candidate), self._steps)

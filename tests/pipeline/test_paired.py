@@ -1,0 +1,131 @@
+"""Paired blocks on a fake clock: the interval of the median by hand, and verdicts that the host's drift (a ±10% slow
+wave, a step change in the middle, ±5% noise per step) does not fool."""
+
+import math
+import random
+from collections import Counter
+
+import pytest
+
+from lightning_streamprof.pipeline.paired import PairedBlocks, PairedRule, median_interval, read_ratios
+from lightning_streamprof.pipeline.way import INLINE, SERIAL
+
+
+def test_median_interval_by_hand():
+    # n=6: P(X<1) = 1/64 <= 2.5% < P(X<2) = 7/64, so k=1: the whole range
+    assert median_interval([5, 1, 4, 2, 6, 3]) == (1, 6)
+    # n=9: P(X<2) = 10/512 = 1.95% <= 2.5% < P(X<3) = 46/512, so k=2
+    assert median_interval(range(1, 10)) == (2, 8)
+    # n=12: P(X<3) = 79/4096 = 1.93% <= 2.5% < P(X<4) = 299/4096, so k=3
+    assert median_interval(range(1, 13)) == (3, 10)
+    # below the order where even k=1 reaches 2.5% (n=5: 1/32 = 3.1%): the whole range
+    assert median_interval([3, 1, 2, 5, 4]) == (1, 5)
+    assert all(math.isnan(v) for v in median_interval([]))
+
+
+def test_reading_ratios():
+    rule = PairedRule()
+    assert read_ratios([1.05, 1.02, 1.08, 1.01, 1.04, 1.03], rule) == "faster"
+    assert read_ratios([0.95, 0.97, 0.92, 0.99, 0.96, 0.98], rule) == "slower"
+    assert read_ratios([1.05, 1.02, 0.99, 1.01, 1.04, 1.03], rule) == "unclear"  # one of six below: n too small
+    assert read_ratios([1.05, 1.02, 0.80, 1.01, 1.04, 1.03, 1.06, 1.02, 1.07], rule) == "faster"  # one outlier of 9
+
+
+class Host:
+    """A fake host: each step of a way lasts its ms, times a ±``wave`` slow sine (period 2-20 s), a ``change``
+    step of the host's speed at a random moment of the trial, and uniform ±``noise`` per step."""
+
+    def __init__(self, seed, ms, wave=0.10, change=0.15, noise=0.05):
+        self.rng = random.Random(seed)
+        self.t = 0.0
+        self.ms = ms
+        self.period = self.rng.uniform(2, 20)
+        self.phase = self.rng.uniform(0, 2 * math.pi)
+        self.wave, self.noise = wave, noise
+        self.change_at = self.rng.uniform(0.2, 1.5)
+        self.change = self.rng.choice([-1, 1]) * change
+
+    def clock(self):
+        return self.t
+
+    def run(self, way):
+        f = 1 + self.wave * math.sin(2 * math.pi * self.t / self.period + self.phase)
+        if self.t > self.change_at:
+            f *= 1 + self.change
+        self.t += self.ms[way] * f * (1 + self.rng.uniform(-self.noise, self.noise)) / 1e3
+
+
+def verdict(host, rule=PairedRule(), left_out=lambda step: False):
+    blocks = PairedBlocks(SERIAL, INLINE, rule, host.clock)
+    step = 0
+    while True:
+        host.run(blocks.way)
+        v = blocks.step(left_out(step))
+        step += 1
+        if v is not None:
+            return v
+
+
+@pytest.mark.parametrize("serial_ms, piped_ms, expected", [(10.0, 10.0 / 1.05, "faster"),
+                                                           (10.0 / 1.05, 10.0, "slower")],
+                         ids=["pipelined-5%-faster", "serial-5%-faster"])
+def test_drift_does_not_fool_the_verdict(serial_ms, piped_ms, expected):
+    outcomes = Counter(verdict(Host(seed, {SERIAL: serial_ms, INLINE: piped_ms})).outcome for seed in range(100))
+    assert outcomes[expected] >= 95, outcomes
+    assert outcomes["faster" if expected == "slower" else "slower"] == 0, outcomes
+
+
+def test_a_clear_case_stops_at_the_fewest_pairs():
+    rule = PairedRule()
+    v = verdict(Host(0, {SERIAL: 10.0, INLINE: 10.0 / 1.2}))
+    assert v.outcome == "faster" and len(v.ratios) == rule.min_pairs
+    assert v.steps == (2 * rule.min_pairs + 1) * (rule.settle + rule.block)
+    assert 1.1 < v.ratio < 1.3 and v.interval[0] > 1.0
+    assert "-> faster" in v.describe() and "6 paired blocks" in v.describe()
+
+
+def test_an_unclear_case_stops_at_the_most_pairs():
+    rule = PairedRule()
+    v = verdict(Host(3, {SERIAL: 10.0, INLINE: 10.0}, wave=0.0, change=0.0, noise=0.2))
+    assert len(v.ratios) == rule.max_pairs and v.steps == rule.longest
+
+
+def test_left_out_steps_are_not_timed_and_lengthen_the_block():
+    """A step with one second of something else in it (validation, a window), left out, does not count."""
+    host = Host(0, {SERIAL: 10.0, INLINE: 10.0}, wave=0, change=0, noise=0)
+    blocks = PairedBlocks(SERIAL, INLINE, PairedRule(), host.clock)
+    step, stalls = 0, 0
+    while True:
+        host.run(blocks.way)
+        stall = step % 25 == 6
+        if stall:
+            host.t += 1.0
+            stalls += 1
+        v = blocks.step(left_out=stall)
+        step += 1
+        if v is not None:
+            break
+    assert v.outcome == "unclear" and all(abs(r - 1) < 1e-9 for r in v.ratios)
+    assert abs(v.base_ms - 10.0) < 1e-9 and abs(v.candidate_ms - 10.0) < 1e-9
+    # each left-out timed step added one (a stall in the untimed settle steps needs none)
+    assert stalls > 5 and PairedRule().longest < v.steps <= PairedRule().longest + stalls
+
+
+def test_ranks_decide_alike_on_reduced_block_times():
+    seen = []
+    host = Host(1, {SERIAL: 10.0, INLINE: 8.0})
+    blocks = PairedBlocks(SERIAL, INLINE, PairedRule(), host.clock, reduce=lambda v: seen.append(v) or [10.0])
+    while True:
+        host.run(blocks.way)
+        v = blocks.step()
+        if v is not None:
+            break
+    assert len(seen) == 2 * PairedRule().max_pairs + 1  # every block reduced; all equal, so unclear to the end
+    assert v.outcome == "unclear" and set(v.ratios) == {1.0}
+
+
+def test_rule_arguments_are_checked():
+    with pytest.raises(ValueError, match="min_pairs"):
+        PairedRule(min_pairs=5, max_pairs=4)
+    with pytest.raises(ValueError, match="confidence"):
+        PairedRule(confidence=1.0)
