@@ -82,6 +82,7 @@ class AnalysisWorker:
         self.timeout = timeout
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
+        self._ending: set[threading.Thread] = set()  # workers being stopped in the background
 
     def _start(self) -> subprocess.Popen:
         env = {**os.environ, **dict.fromkeys(_ONE_THREAD, "1")}
@@ -94,7 +95,9 @@ class AnalysisWorker:
             self._running_locked()
 
     def _running_locked(self) -> subprocess.Popen:
-        if self._proc is None or self._proc.poll() is not None:
+        if self._proc is not None and self._proc.poll() is not None:  # exited between requests
+            self._stop_locked()
+        if self._proc is None:
             self._proc = self._start()
         return self._proc
 
@@ -131,7 +134,7 @@ class AnalysisWorker:
             except DeadlineExceeded as err:
                 self._stop_locked()
                 raise AnalysisError(f"{path}: {err}") from None
-            except OSError as err:
+            except (OSError, ValueError) as err:  # ValueError: its pipes were closed by close() meanwhile
                 self._stop_locked()
                 raise AnalysisError(f"{path}: analysis worker failed ({err})") from None
         raw_size = answer.raw or 0
@@ -142,34 +145,68 @@ class AnalysisWorker:
         return Processed(result, None, gz, raw_size)
 
     def _stop_locked(self) -> None:
+        """Kill the worker (it failed, or took too long); its exit is collected and its pipes closed in the
+        background."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+        if proc is not None:
+            self._end(proc, grace=0.0)
 
     def close(self, wait: bool = True) -> None:
-        """Stop the worker: end of input, then (with ``wait``) up to 10 s for it to exit before it is killed.
-        Never waits for an analysis in progress (its reader then sees the end of the output)."""
+        """Stop the worker: end of input, then up to 10 s for it to exit before it is killed; its pipes are closed
+        once it has exited. With ``wait``, waits for that (and for workers stopped before, 15 s in all), else it
+        happens in the background. Never waits for an analysis in progress (its reader then sees the end of the
+        output)."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
+        if proc is not None:
+            self._end(proc, grace=10.0)
+        if wait:
+            deadline = time.monotonic() + 15.0
+            for thread in list(self._ending):
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _end(self, proc: subprocess.Popen, grace: float) -> None:
+        """Have :func:`_end_process` stop ``proc`` on a daemon thread (listed in ``_ending`` until it is done); where
+        no thread can start (at interpreter exit), it is killed here."""
+        def run() -> None:
+            try:
+                _end_process(proc, grace)
+            finally:
+                self._ending.discard(thread)
+
+        thread = threading.Thread(target=run, name="streamprof-worker-exit", daemon=True)
+        self._ending.add(thread)
         try:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            if wait:
-                proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001
-            proc.kill()
-        if not wait:
-            threading.Thread(target=_reap, args=(proc,), daemon=True).start()
+            thread.start()
+        except RuntimeError:
+            self._ending.discard(thread)
+            _end_process(proc, 0.0)
 
 
-def _reap(proc: subprocess.Popen) -> None:
-    """Collect the exit status of a worker left to finish on its own (no zombie), killing it after 10 s."""
+def _end_process(proc: subprocess.Popen, grace: float) -> None:
+    """Stop ``proc``: end of input and up to ``grace`` seconds to exit, else (or with no grace) it is killed; then
+    its exit status is collected (no zombie) and its pipes closed (a reader still in one has seen the end by then)."""
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        if grace > 0:
+            _close_input(proc)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        if proc.poll() is None:
+            proc.kill()
         proc.wait()
+    finally:
+        _close_input(proc)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _close_input(proc: subprocess.Popen) -> None:
+    if proc.stdin is not None:
+        try:
+            proc.stdin.close()
+        except OSError:  # a request it never read: the pipe is closed all the same
+            pass
 
 
 def _low_priority() -> None:

@@ -1,17 +1,37 @@
-"""A markdown summary of one window's result, for TensorBoard's text tab (plain TensorBoard, no plugin)."""
+"""A markdown summary of one window's result, for TensorBoard's text tab (plain TensorBoard, no plugin).
+
+Text from a trace is inert there: names and paths are code spans (a fence longer than any run of backticks in
+them), other text has markdown's punctuation backslash-escaped and ``<>&`` written as entities, so nothing renders
+as an image, a link or HTML (TensorBoard's sanitiser lets ``<img src>`` and ``<a href>`` through).
+"""
 
 from __future__ import annotations
 
+import re
+
+from lightning_streamprof.escape import for_terminal
 from lightning_streamprof.report.tables import ms, pct
 from lightning_streamprof.results import Result
 
 _TOP = 5
+#: what markdown (with its tables extension) reads as markup after a backslash
+_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|])")
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
 def _escape(text: str) -> str:
-    """Text safe in a markdown table cell (no HTML, no column breaks)."""
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
-            .replace("\n", " "))
+    """``text`` as plain markdown text on one line: punctuation escaped, no HTML, no link, no column break."""
+    text = _PUNCTUATION.sub(r"\\\1", for_terminal(text))
+    return re.sub("[&<>]", lambda m: _ENTITIES[m.group()], text)
+
+
+def _code(text: str) -> str:
+    """``text`` as a code span on one line: fenced by one backtick more than its longest run of them, padded with a
+    space where it starts or ends with a backtick or a backslash (which would take the fence apart)."""
+    text = for_terminal(text)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[:1] in ("`", " ") or text[-1:] in ("`", "\\", " ") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _short(name: str, width: int = 80) -> str:
@@ -28,7 +48,7 @@ def window_markdown(result: Result, window: int, first_step: int, last_step: int
     if cost:
         lines += ["", f"*{_escape(cost)}*"]
     if path:
-        lines += ["", f"Trace: `{_escape(path)}`"]
+        lines += ["", f"Trace: {_code(path)}"]
     if result.gpu:
         lines += ["", "| device | GPU utilization | Est. SM efficiency | Est. achieved occupancy |",
                   "|---|--:|--:|--:|"]
@@ -38,16 +58,16 @@ def window_markdown(result: Result, window: int, first_step: int, last_step: int
     if steps.count:
         lines += ["", f"Mean step **{steps.mean_ms:.2f} ms** over {steps.count} steps:", "",
                   "| category | ms per step | share |", "|---|--:|--:|"]
-        lines += [f"| {c} | {v:.3f} | {pct(v / steps.mean_ms) if steps.mean_ms else ''} |"
+        lines += [f"| {_escape(c)} | {v:.3f} | {pct(v / steps.mean_ms) if steps.mean_ms else ''} |"
                   for c, v in steps.breakdown_ms.items() if v >= 0.0005]
     if result.kernels:
         lines += ["", "| top kernels | calls | total (ms) |", "|---|--:|--:|"]
-        lines += [f"| {_escape(_short(k.name))} | {k.calls} | {ms(k.total_ns)} |" for k in result.kernels[:_TOP]]
+        lines += [f"| {_code(_short(k.name))} | {k.calls} | {ms(k.total_ns)} |" for k in result.kernels[:_TOP]]
     if result.operators:
         lines += ["", "| top operators | calls | host self (ms) | device self (ms) |", "|---|--:|--:|--:|"]
-        lines += [f"| {_escape(_short(o.name))} | {o.calls} | {ms(o.host_self_ns)} | {ms(o.device_self_ns)} |"
+        lines += [f"| {_code(_short(o.name))} | {o.calls} | {ms(o.host_self_ns)} | {ms(o.device_self_ns)} |"
                   for o in result.operators[:_TOP]]
     if result.recommendations:
         lines += ["", "**Recommendations**", ""]
-        lines += [f"- `{r.id}`: {_escape(r.message)}" for r in result.recommendations]
+        lines += [f"- {_code(r.id)}: {_escape(r.message)}" for r in result.recommendations]
     return "\n".join(lines)
