@@ -19,7 +19,7 @@ import pipeline_runs  # noqa: E402
 import torch  # noqa: E402
 
 from lightning_streamprof.pipeline import callback  # noqa: E402
-from lightning_streamprof.pipeline.staging import StagedBatch  # noqa: E402
+from lightning_streamprof.pipeline.stager import StagedBatch  # noqa: E402
 
 COPY = pipeline_runs.CONFIGS["copy"]
 

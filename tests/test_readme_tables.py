@@ -44,7 +44,7 @@ def test_every_fault_row_names_an_existing_test():
 def test_every_bad_input_row_is_a_test_case():
     tests = _test_names("trace/test_bad_input.py", "trace/test_odd_files.py", "test_cli_output.py",
                         "test_profiler_arguments.py", "test_outputs.py", "trace/test_symlinks.py",
-                        "report/test_inert_text.py")
+                        "report/test_inert_text.py", "trace/test_deep_and_wide.py")
     rows = _last_cells(_section("Bad input"))
     ids = [i for row in rows for i in row]
     assert all(rows) and len(ids) == len(set(ids))

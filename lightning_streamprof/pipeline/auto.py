@@ -1,74 +1,65 @@
-"""``mode="auto"``: time serial and pipelined steps, keep the fastest, check again now and then."""
+"""``mode="auto"``: time serial and pipelined steps, keep the fastest, check again now and then.
+
+After ``warmup`` steps, each candidate way (:func:`~lightning_streamprof.pipeline.way.candidate_ways`: serial,
+pipelined on the loop's thread, on the staging thread, the frozen calls as a CUDA graph) runs a trial of ``trial``
+steps, the first :data:`SETTLE` untimed (the switch itself costs a step): the most promising pipelined way, serial,
+then the others, and the ways still in contention a second time, so that drift in the loader or the machine cancels
+out. A pipelined way is kept only when it beats serial on average by more than :data:`MARGIN` and each of its trials
+beats each serial trial (a gain the trials do not agree on is noise); of those, the fastest on average wins.
+
+Trials cost what the slower ways lose, so they are kept short: a trial whose first :data:`ABORT_AFTER` timed steps
+run slower than the best way so far by more than :data:`CLEAR_LOSS` ends there (serial's too), and a pipelined way
+cut short sits out the next 1, 3, 7, ... rounds while it keeps losing clearly. When serial waits for the loader more
+than :data:`LOADER_BOUND` of its step, no way can beat the loader's pace and serial stays (a pipelined trial that
+drains the loader's queue looks faster than it can run).
+
+The choice runs for ``recheck`` steps, then the trials run again; each round that confirms the choice doubles the
+interval, up to :data:`MAX_RECHECK` times ``recheck``. While a pipelined way runs, its steady state is timed every
+:data:`WATCH` training steps; a window slower than serial's mean trial by more than :data:`MARGIN` is a suspicion,
+not evidence: a round of paired trials (the choice and serial, timed alike) follows at once, and serial takes over
+(a :class:`~lightning_streamprof.pipeline.decision.Revert`) only if those trials no longer find the choice clearly
+faster.
+
+Only training is timed: a step the caller marks with :meth:`AutoSwitch.exclude` (a profiler window, validation, a
+checkpoint, an epoch's end), and the step after it, are left out of trials and of the steady-state watch, and a
+trial runs one step longer for each (up to twice its length). Timings go through ``reduce`` (the mean over DDP
+ranks), so that every rank makes the same choice.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from lightning_streamprof.pipeline.decision import Decision, Measurement, Revert
 from lightning_streamprof.pipeline.way import SERIAL, Way
 
-SETTLE = 3  # untimed steps at the start of each trial (the switch itself costs a step)
+WARMUP = 10  #: steps before the first trials
+TRIAL = 30  #: steps per trial
+RECHECK = 1000  #: steps from a decision to the next trials
+SETTLE = 3  #: untimed steps at the start of each trial (the switch itself costs a step)
+MARGIN = 0.02  #: the gain over serial a pipelined way must beat on average (and the steady state's tolerance)
+ROUNDS = 2  #: passes over the ways still in contention in a round of trials
+WATCH = 200  #: training steps per steady-state window of a pipelined choice
+ABORT_AFTER = 10  #: timed steps after which a trial clearly slower than the best so far ends
+CLEAR_LOSS = 0.1  #: slower than the best by more than this: a clear loss
+LOADER_BOUND = 0.2  #: serial's share of the step spent waiting for the loader beyond which serial stays
+MAX_RECHECK = 8  #: the interval between rounds grows to at most this many times ``recheck``
 
 
-def check_trial(trial: int, settle: int = SETTLE) -> None:
-    """A trial must time at least one step after its untimed start."""
+def check_count(name: str, value: object, least: int) -> None:
+    """An argument that counts steps or batches: an integer (not a bool) of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"StreamPipeline: `{name}` must be an integer >= {least}, got {value!r}")
+
+
+def check_schedule(warmup: object, trial: object, recheck: object, settle: int = SETTLE) -> None:
+    """``warmup`` >= 0, ``recheck`` >= 1, and a trial that times at least one step after its untimed start."""
+    check_count("warmup", warmup, 0)
     if isinstance(trial, bool) or not isinstance(trial, int) or trial <= settle:
         raise ValueError(f"StreamPipeline: `trial` must be more than {settle} steps (the untimed start), got {trial!r}")
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """Mean ms per step of each way in one round of trials, each trial's ms per step, the ways whose trial was
-    cut short (clearly slower than the best so far), the ms per step serial waited for the loader, and the
-    choice."""
-
-    ms: dict[Way, float]
-    choice: Way
-    trials: dict[Way, list[float]] = field(default_factory=dict)
-    clear_losers: tuple[Way, ...] = ()
-    serial_wait_ms: float = 0.0
-
-    def worst_gain(self, way: Way) -> float:
-        """The way's gain over serial from its slowest trial against serial's fastest."""
-        if not self.trials:
-            return self.serial_ms / self.ms[way] - 1.0
-        return min(self.trials[SERIAL]) / max(self.trials[way]) - 1.0
-
-    def clearly_faster(self, way: Way, margin: float) -> bool:
-        """Faster than serial on average by more than ``margin``, and in every trial."""
-        return self.serial_ms / self.ms[way] - 1.0 > margin and self.worst_gain(way) > 0.0
-
-    @property
-    def serial_ms(self) -> float:
-        return self.ms[SERIAL]
-
-    @property
-    def loader_share(self) -> float:
-        """The share of serial's step spent waiting for the loader."""
-        return self.serial_wait_ms / self.serial_ms if self.serial_ms > 0 else 0.0
-
-    @property
-    def best(self) -> Way:
-        """The fastest pipelined way."""
-        return min((w for w in self.ms if w != SERIAL), key=self.ms.__getitem__)
-
-    @property
-    def gain(self) -> float:
-        """The fastest pipelined way's throughput over serial throughput, minus one."""
-        return self.serial_ms / self.ms[self.best] - 1.0
-
-
-@dataclass(frozen=True)
-class Revert:
-    """The chosen pipelined way ran slower in steady state (``watched_ms`` over ``watch`` training steps) than
-    serial's trials, and serial, timed again beside it in paired trials (``serial_ms`` against ``way_ms``), was
-    not clearly slower: serial took over."""
-
-    way: Way
-    watched_ms: float
-    way_ms: float
-    serial_ms: float
+    check_count("recheck", recheck, 1)
 
 
 @dataclass
@@ -108,49 +99,32 @@ def trial_order(ways: Sequence[Way]) -> list[Way]:
 
 
 class AutoSwitch:
-    """Trials of ``trial`` steps per way, in turn (the most promising pipelined way, serial, then the others;
-    the ways still in contention a second time, so that drift in the loader or the machine cancels out); then
-    the fastest runs for ``recheck`` steps. A pipelined way is kept only when it is faster than serial on
-    average by more than ``margin`` and every one of its trials is faster than every serial trial (a gain the
-    trials do not agree on is noise); of those, the fastest on average wins. Each trial's first ``settle`` steps
-    are not timed (the switch itself costs a step).
+    """Chooses the way each training batch runs, as the module docstring describes.
 
-    Trials cost what the slower ways lose, so they are kept short: a trial whose first ``abort_after`` timed
-    steps run slower than the best way so far by more than ``clear_loss`` ends there (serial's too), and a
-    pipelined way cut short sits out the next 1, 3, 7, ... rounds while it keeps losing clearly. When serial
-    waits for the loader more than ``loader_bound`` of its step, no way can beat the loader's pace and serial
-    stays (a pipelined trial that drains the loader's queue looks faster than it can run). Each round that
-    confirms the choice doubles the steps to the next (up to ``max_recheck``, default 8 x ``recheck``).
-
-    While a pipelined way runs, its steady state is timed every ``watch`` training steps; a window slower than
-    serial's mean trial by more than ``margin`` is a suspicion, not evidence: a round of paired trials (the
-    choice and serial, timed alike) follows at once, and serial takes over (a :class:`Revert`) only if those
-    trials no longer find the choice clearly faster.
-
-    Only training is timed: a step the caller marks with :meth:`exclude` (a profiler window, validation, a
-    checkpoint, an epoch's end), and the step after it, are left out of trials and of the steady-state watch, and
-    a trial runs one step longer for each (up to twice its length).
-
-    ``clock`` gives seconds (a fake one in tests); ``sync`` waits for the device before each reading;
-    :meth:`waited` is told the seconds each step waited for the loader; ``reduce`` averages timings across
-    processes (DDP ranks; every rank calls it at the same steps) so that all ranks decide alike.
+    The caller's side, which a different trial design keeps: :meth:`step` once per training batch (it returns
+    a :class:`~lightning_streamprof.pipeline.decision.Decision`), :meth:`exclude` for a step that does more than
+    train, :meth:`waited` with the seconds each step waited for the loader; ``history`` (each round's
+    :class:`~lightning_streamprof.pipeline.decision.Measurement`) and ``reverts`` for reports. ``clock`` gives
+    seconds (a fake one in tests); ``sync`` waits for the device before each reading; ``reduce`` averages timings
+    across processes (DDP ranks; every rank calls it at the same steps) so that all ranks decide alike. The other
+    arguments default to this module's constants of the same names.
     """
 
     def __init__(
-        self, ways: Sequence[Way], warmup: int = 10, trial: int = 30, recheck: int = 1000, margin: float = 0.02,
-        settle: int = SETTLE, rounds: int = 2, watch: int = 200, abort_after: int = 10, clear_loss: float = 0.1,
-        loader_bound: float = 0.2, sync: Callable[[], None] = lambda: None,
-        clock: Callable[[], float] = time.perf_counter, max_recheck: int | None = None,
-        reduce: Callable[[list[float]], list[float]] = lambda values: values,
+        self, ways: Sequence[Way], warmup: int = WARMUP, trial: int = TRIAL, recheck: int = RECHECK,
+        margin: float = MARGIN, settle: int = SETTLE, rounds: int = ROUNDS, watch: int = WATCH,
+        abort_after: int = ABORT_AFTER, clear_loss: float = CLEAR_LOSS, loader_bound: float = LOADER_BOUND,
+        sync: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.perf_counter,
+        max_recheck: int | None = None, reduce: Callable[[list[float]], list[float]] = lambda values: values,
     ) -> None:
         if not ways or ways[0] != SERIAL or len(ways) < 2 or len(set(ways)) != len(ways):
             raise ValueError("AutoSwitch: ways must start with serial and name distinct pipelined ways")
-        check_trial(trial, settle)
+        check_schedule(warmup, trial, recheck, settle)
         self.ways = tuple(ways)
         self.warmup, self.trial, self.recheck, self.margin, self.settle = warmup, trial, recheck, margin, settle
         self.rounds, self.watch, self.clear_loss, self.loader_bound = rounds, watch, clear_loss, loader_bound
         self.abort_after = max(1, min(abort_after, trial - settle))
-        self.max_recheck = 8 * recheck if max_recheck is None else max(max_recheck, recheck)
+        self.max_recheck = MAX_RECHECK * recheck if max_recheck is None else max(max_recheck, recheck)
         self.sync, self.clock, self.reduce = sync, clock, reduce
         self.interval = recheck  # steps from the last decision to the next round of trials
         self.choice: Way = SERIAL
@@ -174,6 +148,8 @@ class AutoSwitch:
         self._extended = 0  # steps added to the current trial for the steps left out
         self._suspect: tuple[Way, float] | None = None  # the steady-state window that asked for paired trials
         self._watch_left = 0
+        self._decided: Decision | None = None  # what the current step decided, if anything
+        self._same = {w: Decision(w) for w in self.ways}  # the decision of a step that changes nothing
 
     @property
     def pipelined(self) -> bool:
@@ -191,8 +167,8 @@ class AutoSwitch:
         """The step now running is not training alone: leave it (and the step after it) out of the timings."""
         self._exclude = 2
 
-    def step(self) -> Way:
-        """Call once per training batch; returns the way for this batch's successor."""
+    def step(self) -> Decision:
+        """Call once per training batch: the way for this batch's successor, and what this step decided."""
         now, wait = self.clock(), self._wait
         interval, waited = now - self._mark, wait - self._wait_mark
         self._mark, self._wait_mark = now, wait
@@ -203,13 +179,13 @@ class AutoSwitch:
             self._trial_step(left_out, interval, waited)
         elif self.choice != SERIAL:
             self._watch_step(left_out, interval)
-        if self._left > 0:
-            return self.choice
-        if self._phase < 0:
-            self._start_round()
-        else:
-            self._end_trial(*self._elapsed_ms())
-        return self.choice
+        if self._left <= 0:
+            if self._phase < 0:
+                self._start_round()
+            else:
+                self._end_trial(*self._elapsed_ms())
+        decided, self._decided = self._decided, None  # a trial cut short may have ended the round above
+        return decided if decided is not None else self._same[self.choice]
 
     # ------------------------------------------------------------------ trials
 
@@ -316,10 +292,13 @@ class AutoSwitch:
                 self.sitting_out[way] = 2 ** self._losses[way] - 1
         self.history.append(replace(m, choice=choice))
         suspect, self._suspect = self._suspect, None
+        revert = None
         if suspect is not None and choice == SERIAL and suspect[0] in ms:
-            self.reverts.append(Revert(suspect[0], suspect[1], ms[suspect[0]], ms[SERIAL]))
+            revert = Revert(suspect[0], suspect[1], ms[suspect[0]], ms[SERIAL])
+            self.reverts.append(revert)
             confirmed = False
         self._settle_choice(choice, confirmed)
+        self._decided = Decision(choice, self.history[-1], revert)
 
     def _settle_choice(self, choice: Way, confirmed: bool) -> None:
         self._reverts_seen = len(self.reverts)

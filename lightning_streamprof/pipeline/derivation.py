@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from lightning_streamprof.pipeline import tree
+from lightning_streamprof.pipeline import pytree
 
 #: what blocks a tensor made with trainable weights (it needs this step's weights)
 TRAINABLE = "the trainable weights"
@@ -113,10 +113,10 @@ class Expr:
 class BatchLeaf(Expr):
     """A tensor of the (transferred) batch, at ``path``."""
 
-    path: tree.Path
+    path: pytree.Path
 
     def describe(self) -> str:
-        return tree.describe_path("batch", self.path)
+        return pytree.describe_path("batch", self.path)
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,11 +135,11 @@ class CallOutput(Expr):
     """A tensor in the output of staged call number ``call``, at ``path``."""
 
     call: int
-    path: tree.Path
+    path: pytree.Path
     label: str = ""
 
     def describe(self) -> str:
-        return tree.describe_path(self.label or f"call {self.call}", self.path)
+        return pytree.describe_path(self.label or f"call {self.call}", self.path)
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,11 +156,11 @@ class Apply(Expr):
     for tensors; under the autocast state ``amp``."""
 
     func: Callable[..., Any]
-    spec: tree.Spec
+    spec: pytree.Spec
     leaves: tuple
     amp: tuple | None = None
     from_batch: bool = True
-    path: tree.Path = ()  # where the tensor lies in the function's output (``chunk``, ``max(dim)``)
+    path: pytree.Path = ()  # where the tensor lies in the function's output (``chunk``, ``max(dim)``)
     constant: bool = False  # made from Python values alone (``torch.tensor([...], device=...)``): computed once
 
     def parents(self) -> list[Expr]:
@@ -189,18 +189,18 @@ def evaluate(expr: Expr, env: Env) -> Any:
         return env.memo[key]
     if isinstance(expr, Apply) and expr.constant:
         if key not in env.folded:
-            env.folded[key] = tree.follow(_apply(expr, env), expr.path)
+            env.folded[key] = pytree.follow(_apply(expr, env), expr.path)
         return env.folded[key]
     if isinstance(expr, BatchLeaf):
-        value = tree.follow(env.batch, expr.path)
+        value = pytree.follow(env.batch, expr.path)
     elif isinstance(expr, UserInput):
         value = expr.fn(env.batch)
     elif isinstance(expr, CallOutput):
-        value = tree.follow(env.outputs[expr.call], expr.path)
+        value = pytree.follow(env.outputs[expr.call], expr.path)
     elif isinstance(expr, Const):
         value = expr.value
     elif isinstance(expr, Apply):
-        value = tree.follow(_apply(expr, env), expr.path)
+        value = pytree.follow(_apply(expr, env), expr.path)
     else:
         raise TypeError(f"unknown expression {expr!r}")
     env.memo[key] = value
@@ -279,7 +279,7 @@ class DerivationRecorder(TorchFunctionMode):
                 self.track(args[0], None, "__setitem__", k.from_batch, k.root)  # written in place
             if not isinstance(out, (tuple, list)) or not any(isinstance(o, torch.Tensor) for o in out):
                 return
-        spec, leaves = tree.flatten((args, kwargs))
+        spec, leaves = pytree.flatten((args, kwargs))
         exprs: list[Any] = []
         blocker, from_batch, root = None, False, None
         for leaf in leaves:
@@ -292,7 +292,7 @@ class DerivationRecorder(TorchFunctionMode):
                 root = root if root is not None else k.root
                 blocker = blocker or k.blocker
             exprs.append(expr)
-        outs = tree.leaves_with_paths(out)
+        outs = pytree.leaves_with_paths(out)
         trainable = any(t.requires_grad for _, t in outs) or any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in leaves)
         if blocker is None and trainable:

@@ -12,14 +12,14 @@ from lightning_streamprof.pipeline.way import Way
 
 @dataclass
 class Facts:
-    """What :func:`report` needs to know of a run."""
+    """What :func:`report` needs to know of a run (the defaults: nothing has run)."""
 
     mode: str
-    cuda: bool
-    way: Way | None  # the fixed way (``mode="on"``/``"off"``), ``None`` under ``auto``
-    depth: int
-    staged_batches: int
-    serial_batches: int
+    cuda: bool = False
+    way: Way | None = None  # the fixed way (``mode="on"``/``"off"``), ``None`` under ``auto``
+    depth: int = 1
+    staged_batches: int = 0
+    serial_batches: int = 0
     program: Program | None = None
     misses: dict[str, int] | None = None  # calls of each staged ``module.method`` computed in the step
     not_staged: list[str] | None = None  # frozen calls not staged, each with its reason

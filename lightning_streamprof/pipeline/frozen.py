@@ -81,8 +81,6 @@ def resolve(root: nn.Module, spec: str | nn.Module) -> tuple[str, nn.Module]:
             if module is spec and name:
                 return name, module
         raise ValueError("StreamPipeline: `backbone` is not a submodule of the LightningModule")
-    if not isinstance(spec, str):
-        raise ValueError(f"StreamPipeline: `backbone` entries must be submodule names or modules, got {spec!r}")
     try:
         return spec, root.get_submodule(spec)
     except AttributeError:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from lightning_streamprof.pipeline import tree
+from lightning_streamprof.pipeline import pytree
 
 
 def _autocast_state(device: torch.device) -> torch.dtype | None:
@@ -19,7 +19,7 @@ def _autocast_state(device: torch.device) -> torch.dtype | None:
 
 class GraphedForward:
     """Replays ``forward(*tensors)`` as a CUDA graph per input signature (shapes, dtypes, devices, autocast dtype);
-    the output may be any structure of tensors (:mod:`.tree`).
+    the output may be any structure of tensors (:mod:`.pytree`).
 
     Replays run on the current (side) stream; the output's tensors are cloned so that the next replay cannot
     overwrite a result the training stream still reads. Under mixed precision the capture runs with autocast
@@ -70,7 +70,7 @@ class GraphedForward:
             s.copy_(x)
         graph.replay()
         self.replays += 1
-        return tree.map_tensors(torch.clone, static_out)
+        return pytree.map_tensors(torch.clone, static_out)
 
     def prepare(self, *xs: torch.Tensor) -> None:
         """Capture the graph for these inputs' signature now (on the current stream), so that its first use
@@ -161,7 +161,7 @@ class GraphedForward:
 
 def outputs_close(got: Any, want: Any) -> bool:
     """Same structure and every tensor close (TF32 convolutions and half precision: loose tolerances)."""
-    a, b = tree.tensors(got), tree.tensors(want)
+    a, b = pytree.tensors(got), pytree.tensors(want)
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):

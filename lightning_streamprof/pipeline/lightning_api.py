@@ -1,14 +1,13 @@
 """Every place StreamPipeline touches Lightning's private API, in one module.
 
 Checked against Lightning 2.6 (``lightning`` 2.6.0-2.6.6): the training loop's and the validation loop's data
-fetchers (their class is swapped for a subclass that keeps the next batch staged, and their fetch-profiling calls), the LightningModule's
-batch-hook dispatch (``_call_batch_hook``), the data-hook selector, and the epoch loop's batch progress. On a
-version it does not know, :func:`unsupported_reason` says so and the pipeline trains serially.
+fetchers (their class is swapped for a subclass that keeps the next batch staged, and their fetch-profiling
+calls), the LightningModule's batch-hook dispatch (``_call_batch_hook``), the data-hook selector, and the epoch
+loop's batch progress. On a version it does not know, :func:`unsupported_reason` says so and the pipeline trains
+serially.
 
-Lightning fetches batch N (``next(fetcher)``), then runs ``on_before_batch_transfer``, the transfer and
-``on_after_batch_transfer`` on it, then the training step. The staging fetcher returns batch N already
-prepared (staged while batch N-1 trained) and launches the preparation of batch N+1 before returning.
-The class of the live fetcher object is swapped (single base; a mixin fails Python's ``__class__`` check).
+The class of the live fetcher object is swapped for a subclass whose ``__next__`` is the staging fetcher's
+(:mod:`~lightning_streamprof.pipeline.fetcher`; single base: a mixin fails Python's ``__class__`` check).
 """
 
 from __future__ import annotations
@@ -49,10 +48,20 @@ def eval_data_fetcher(trainer: Trainer) -> Any:
     return trainer.fit_loop.epoch_loop.val_loop._data_fetcher
 
 
+def fetcher_done(fetcher: Any) -> bool:
+    """Whether the loader has no batch after the last one the fetcher read."""
+    return fetcher.done
+
+
+def set_fetcher_done(fetcher: Any, done: bool) -> None:
+    """Whether the loop has a batch after the one the fetcher returns (the staged ones count)."""
+    fetcher.done = done
+
+
 def install_staging_fetcher(fetcher: Any, next_batch: Callable[[Any, Callable[[Any], Any]], Any],
-                            on_iter: Callable[[Any], None]) -> None:
+                            on_iter: Callable[[], None]) -> None:
     """Swap the fetcher's class for one whose ``__next__`` is ``next_batch(fetcher, base_next)`` and whose
-    ``__iter__`` tells ``on_iter(fetcher)``."""
+    ``__iter__`` calls ``on_iter()``."""
     fetcher.__class__ = _staging_class(type(fetcher))
     fetcher._stage_next, fetcher._on_iter = next_batch, on_iter
 
@@ -71,7 +80,7 @@ def _staging_class(base: type) -> type:
 
         def __iter__(self: Any) -> Any:
             base.__iter__(self)
-            self._on_iter(self)
+            self._on_iter()
             return self
 
         def __next__(self: Any) -> Any:
@@ -143,3 +152,21 @@ def hook_owner(trainer: Trainer, hook_name: str) -> Any:
     """The LightningModule or LightningDataModule whose ``hook_name`` Lightning would call."""
     selector = trainer._data_connector._datahook_selector
     return selector.get_instance(hook_name) if selector is not None else trainer.lightning_module
+
+
+# ---- the profiler's accesses
+
+
+def profiled_trainer(profiler: Any) -> Trainer | None:
+    """The Trainer that runs ``profiler``: Lightning gives the profiler a proxy of the Trainer's module
+    (``Profiler._lightning_module``) when it sets it up; None before that or once the module is gone."""
+    module = getattr(profiler, "_lightning_module", None)
+    try:
+        return module.trainer if module is not None else None
+    except (ReferenceError, RuntimeError, AttributeError):
+        return None
+
+
+def fit_batches_started(trainer: Trainer) -> int:
+    """Training batches started over the fit's epochs so far (a fit resumed from a checkpoint counts those before)."""
+    return int(trainer.fit_loop.epoch_loop.batch_progress.total.ready)

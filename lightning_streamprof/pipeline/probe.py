@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from lightning_streamprof.pipeline import tree
+from lightning_streamprof.pipeline import pytree
 from lightning_streamprof.pipeline.derivation import (
     BatchLeaf,
     CallOutput,
@@ -58,7 +58,7 @@ class CallProbe:
         return self._recorder is not None
 
     def start(self, batch: Any) -> None:
-        self._recorder = DerivationRecorder([(t, BatchLeaf(path)) for path, t in tree.leaves_with_paths(batch)])
+        self._recorder = DerivationRecorder([(t, BatchLeaf(path)) for path, t in pytree.leaves_with_paths(batch)])
         for root, module in self.watched:
             for name, sub in inner_frozen(root, module):
                 for method in (call_methods(sub) if sub is module else ["forward"]):
@@ -91,7 +91,7 @@ class CallProbe:
             return original(*args, **kwargs)
         self._found.called.add(root)
         label = f"{name}.{method}"
-        spec, leaves = tree.flatten((args, kwargs))
+        spec, leaves = pytree.flatten((args, kwargs))
         judged = _judge(leaves, _arg_labels(args, kwargs), rec)
         tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
         device = tensors[0].device if tensors else torch.device("cpu")
@@ -117,14 +117,14 @@ class CallProbe:
             index = len(self._calls)
             self._calls.append(StagedCall(index, name, method, module, original, spec, tuple(judged.args),
                                           amp_state(device.type), frozenset(judged.depends)))
-            for path, t in tree.leaves_with_paths(out):
+            for path, t in pytree.leaves_with_paths(out):
                 rec.track(t, CallOutput(index, path, label), root=t)
             return out
         if problem is not None and judged.from_batch and not judged.inherent:
             self._found.refused.setdefault(label, (problem, fix))
         else:
             self._found.unrelated.setdefault(label, problem or "is called with nothing made from the batch")
-        for _, t in tree.leaves_with_paths(out):
+        for _, t in pytree.leaves_with_paths(out):
             rec.track(t, None, f"`{label}`, which is not staged", judged.from_batch)
         return out
 
@@ -180,12 +180,12 @@ def _blocked(where: str, t: torch.Tensor, k: Known) -> str:
 
 
 def _arg_labels(args: tuple, kwargs: dict) -> list[str]:
-    """A label per leaf of ``(args, kwargs)``, in :func:`tree.flatten`'s order."""
+    """A label per leaf of ``(args, kwargs)``, in :func:`pytree.flatten`'s order."""
     labels: list[str] = []
     for i, a in enumerate(args):
-        labels += [f"argument {i}"] * len(tree.flatten(a)[1])
+        labels += [f"argument {i}"] * len(pytree.flatten(a)[1])
     for key, v in kwargs.items():
-        labels += [f"`{key}=`"] * len(tree.flatten(v)[1])
+        labels += [f"`{key}=`"] * len(pytree.flatten(v)[1])
     return labels
 
 

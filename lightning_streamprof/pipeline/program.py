@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
-from lightning_streamprof.pipeline import tree
+from lightning_streamprof.pipeline import pytree
 from lightning_streamprof.pipeline.derivation import (
     Apply,
     BatchLeaf,
@@ -62,7 +62,7 @@ class StagedCall:
     method: str
     module: nn.Module
     fn: Callable[..., Any]
-    spec: tree.Spec
+    spec: pytree.Spec
     args: tuple[Arg, ...]
     amp: tuple | None
     depends: frozenset[int] = frozenset()
@@ -100,7 +100,7 @@ class StagedRun:
     inputs: list[list[Any] | None]
 
     def tensors(self) -> list[torch.Tensor]:
-        found = tree.tensors(self.outputs)
+        found = pytree.tensors(self.outputs)
         for values in self.inputs:
             if values:
                 found += [v for v in values if isinstance(v, torch.Tensor)]

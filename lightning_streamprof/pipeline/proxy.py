@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lightning_streamprof.pipeline import tree
+from lightning_streamprof.pipeline import pytree
 from lightning_streamprof.pipeline.derivation import BatchLeaf, CallOutput, Expr
 from lightning_streamprof.pipeline.frozen import Patch, undo_all
 from lightning_streamprof.pipeline.graph import outputs_close
@@ -69,7 +69,7 @@ class CallProxies:
     def _offer(self, calls: list[StagedCall], original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         run = self._run
         assert run is not None
-        spec, leaves = tree.flatten((args, kwargs))
+        spec, leaves = pytree.flatten((args, kwargs))
         for call in calls:
             if call.index not in self._pending or not call.active or spec != call.spec:
                 continue
@@ -90,9 +90,9 @@ class CallProxies:
 
     def _resolve(self, expr: Expr | None, run: StagedRun) -> Any:
         if isinstance(expr, BatchLeaf):
-            return tree.follow(self._batch, expr.path)
+            return pytree.follow(self._batch, expr.path)
         if isinstance(expr, CallOutput):
-            return tree.follow(run.outputs[expr.call], expr.path)
+            return pytree.follow(run.outputs[expr.call], expr.path)
         return _NONE
 
     def _matches(self, call: StagedCall, leaves: list[Any], run: StagedRun) -> bool:

@@ -8,6 +8,13 @@ from typing import Any, Callable
 
 import torch
 
+_local = threading.local()
+
+
+def on_staging_thread() -> bool:
+    """Whether the caller runs on a staging thread."""
+    return getattr(_local, "inside", False)
+
 
 class Fetched:
     """Batch N+1 as the loader gave it, waiting for the training thread to block in ``backward`` before the
@@ -23,20 +30,16 @@ class StagingThread:
     """A single worker thread (jobs run in submission order) bound to ``device``."""
 
     def __init__(self, device: torch.device) -> None:
-        self._local = threading.local()
-        self._pool = ThreadPoolExecutor(1, "streampipe", initializer=self._init, initargs=(device,))
-
-    def _init(self, device: torch.device) -> None:
-        self._local.inside = True
-        if device.type == "cuda":
-            torch.cuda.set_device(device)  # the current device is per thread
-
-    def inside(self) -> bool:
-        """Whether the caller runs on the staging thread."""
-        return getattr(self._local, "inside", False)
+        self._pool = ThreadPoolExecutor(1, "streampipe", initializer=_init, initargs=(device,))
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         return self._pool.submit(fn, *args)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _init(device: torch.device) -> None:
+    _local.inside = True
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # the current device is per thread

@@ -10,7 +10,9 @@ negative or infinite blocks per SM, negative memory totals.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -41,8 +43,91 @@ class OutOfRange(ValueError):
     """A number that does not fit its column, or metadata of the wrong type; the message is the reason."""
 
 
+class _Literal(str):
+    """Text :func:`value_text` writes as it is (brackets and separators)."""
+
+
+_END = object()
+
+
+def _list_parts(items: list) -> Iterator[Any]:
+    for i, item in enumerate(items):
+        if i:
+            yield _Literal(", ")
+        yield item
+    yield _Literal("]")
+
+
+def _dict_parts(items: dict) -> Iterator[Any]:
+    for i, (key, item) in enumerate(items.items()):
+        yield _Literal(f"{', ' if i else ''}{key!r}: ")
+        yield item
+    yield _Literal("}")
+
+
+def _head(items: list | dict, n: int) -> list | dict:
+    """The first ``n`` entries of ``items``."""
+    if len(items) <= n:
+        return items
+    return items[:n] if isinstance(items, list) else dict(itertools.islice(items.items(), n))
+
+
+def _holds_containers(items: list | dict) -> bool:
+    return any(isinstance(v, (list, dict)) for v in (items if isinstance(items, list) else items.values()))
+
+
+#: values nested at most this deep go to ``repr`` itself (far below the recursion limit, whatever the caller's stack)
+_SHALLOW = 100
+
+
+def _shallow(value: Any) -> bool:
+    """Whether ``value`` holds no list or object nested more than :data:`_SHALLOW` levels deep."""
+    level = [value] if isinstance(value, (list, dict)) else []
+    for _ in range(_SHALLOW):
+        if not level:
+            return True
+        level = [v for c in level for v in (c if isinstance(c, list) else c.values()) if isinstance(v, (list, dict))]
+    return not level
+
+
+def value_text(value: Any, limit: int | None = None) -> str:
+    """``repr(value)`` of a decoded JSON value, built without recursion: ``repr`` and ``str`` raise RecursionError
+    on lists nested about 1,000 deep, which the JSON readers accept (up to 1,024 levels). With ``limit``, only the
+    first ``limit + 1`` characters (a longer text is then known to be cut), so a huge value costs nothing."""
+    if limit is None and _shallow(value):
+        return repr(value)
+    out: list[str] = []
+    size = 0
+    stack: list[Iterator[Any]] = [iter((value,))]
+    while stack and (limit is None or size <= limit):
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+            continue
+        if isinstance(item, _Literal):
+            text = item
+        elif isinstance(item, (list, dict)):
+            if limit is not None:  # each entry takes a character: the rest cannot reach the text kept
+                item = _head(item, limit - size + 1)
+            if _holds_containers(item):
+                text = "[" if isinstance(item, list) else "{"
+                stack.append(_list_parts(item) if isinstance(item, list) else _dict_parts(item))
+            else:  # entries are leaves: repr goes one level deep
+                text = repr(item)
+        else:
+            text = repr(item)
+        out.append(text)
+        size += len(text)
+    return "".join(out) if limit is None else "".join(out)[: limit + 1]
+
+
+def flat(value: Any) -> Any:
+    """``value``, a list or object as its :func:`value_text` (what ``str`` would give, without recursion)."""
+    return value_text(value) if isinstance(value, (list, dict)) else value
+
+
 def _show(value: Any) -> str:
-    text = repr(value)
+    text = value_text(value, 40)
     return text if len(text) <= 40 else text[:39] + "…"
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from lightning_streamprof.trace import blocks, split
 from lightning_streamprof.trace.checks import OutOfRange
 from lightning_streamprof.trace.columns import ColumnBuilder
-from lightning_streamprof.trace.limits import InflateLimit, describe_limit
+from lightning_streamprof.trace.limits import InflateLimit, ValueLimit, counted, describe_limit, describe_values
 from lightning_streamprof.trace.table import EventTable, TraceFormatError
 
 
@@ -26,11 +26,12 @@ def decompressed(pieces: Iterable[bytes], limit: int | None = None) -> Iterable[
 
 
 def read_chunked(pieces: Iterable[bytes], source: str, chunk_size: int = split.CHUNK_SIZE,
-                 limit: int | None = None, size: int | None = None) -> EventTable | None:
+                 limit: int | None = None, size: int | None = None, values: int | None = None) -> EventTable | None:
     """The table of a Kineto-layout document, or None where the document needs the whole-document reader;
-    a gzipped document inflating past ``limit`` bytes (of a file of ``size``) is refused."""
+    a gzipped document inflating past ``limit`` bytes (of a file of ``size``), or holding more than ``values``
+    values (counted as the bytes arrive, before they are decoded), is refused."""
     builder = ColumnBuilder()
-    splitter = split.EventSplitter(decompressed(pieces, limit), chunk_size)
+    splitter = split.EventSplitter(counted(decompressed(pieces, limit), values), chunk_size)
     try:
         splitter.run(builder.add_json)
         metadata = split.metadata(splitter.head, splitter.tail)
@@ -38,6 +39,8 @@ def read_chunked(pieces: Iterable[bytes], source: str, chunk_size: int = split.C
         raise
     except InflateLimit as err:
         raise TraceFormatError(source, describe_limit(err.limit, size)) from None
+    except ValueLimit as err:
+        raise TraceFormatError(source, describe_values(err.limit, size)) from None
     except OutOfRange as err:
         raise TraceFormatError(source, str(err)) from None
     except TraceFormatError:

@@ -12,7 +12,7 @@ import orjson
 
 from lightning_streamprof.names import MEMORY_EVENT
 from lightning_streamprof.trace import collectives
-from lightning_streamprof.trace.checks import checked_ints, checked_ns_array
+from lightning_streamprof.trace.checks import checked_ints, checked_ns_array, flat, value_text
 from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind
 
 #: stands for an absent ``device``/``stream`` argument (Kineto then means the event's pid/tid)
@@ -79,6 +79,15 @@ class Event(msgspec.Struct, gc=False):
 
 
 DECODER = msgspec.json.Decoder(list[Event])
+
+
+def dims_text(dims: Any) -> str:
+    """``Input Dims`` as text: compact JSON, else (nested past orjson's 255 levels, integers beyond 64 bits) its
+    :func:`~lightning_streamprof.trace.checks.value_text`."""
+    try:
+        return orjson.dumps(dims).decode()
+    except TypeError:
+        return value_text(dims)
 
 
 class _KindOf(dict):
@@ -248,7 +257,7 @@ class ColumnBuilder:
         for i, value in enumerate(map(attrgetter("coll_name"), args)):
             if value is not None:
                 a = args[i]
-                values = {key: collectives.decode_raw(getattr(a, attr)) for key, attr in _COLL_FIELDS}
+                values = {key: flat(collectives.decode_raw(getattr(a, attr))) for key, attr in _COLL_FIELDS}
                 self.comm_args[base + i] = collectives.from_values(values)
         strings = list(self.strings)
         self._comm_names.extend(collectives.is_gloo_range(n) for n in strings[len(self._comm_names):])
@@ -271,7 +280,7 @@ class ColumnBuilder:
             text = self._dims.get(key, False)
             if text is False:
                 dims = orjson.loads(key)
-                text = self._dims[key] = None if dims is None else orjson.dumps(dims).decode()
+                text = self._dims[key] = None if dims is None else dims_text(dims)
             if text is not None:
                 out[row] = text
         return out

@@ -15,9 +15,12 @@ import orjson
 
 from lightning_streamprof.names import MEMORY_EVENT
 from lightning_streamprof.trace import blocks, collectives, remote
-from lightning_streamprof.trace.checks import OutOfRange, check_metadata, checked_int, checked_ns, clean
+from lightning_streamprof.trace.checks import (OutOfRange, check_metadata, checked_int, checked_ns, clean, flat,
+                                               value_text)
 from lightning_streamprof.trace.chunked import read_chunked
-from lightning_streamprof.trace.limits import InflateLimit, describe_limit, inflate_limit
+from lightning_streamprof.trace.columns import dims_text
+from lightning_streamprof.trace.limits import (InflateLimit, count_values, describe_limit, describe_values,
+                                               inflate_limit, value_limit)
 from lightning_streamprof.trace.table import CATEGORIES, COLUMNS, EventTable, Kind, TraceFormatError
 
 __all__ = ["COLUMNS", "EventTable", "Kind", "TraceFormatError", "parse_document", "parse_trace", "read_trace"]
@@ -74,8 +77,11 @@ def _decompress(raw: bytes, source: str) -> bytes | bytearray:
 
 def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
     """Parse a whole trace document at once (any valid JSON layout); the reference for the chunked reader.
-    A gzipped document may inflate to :func:`~lightning_streamprof.trace.limits.inflate_limit` bytes."""
+    A gzipped document may inflate to :func:`~lightning_streamprof.trace.limits.inflate_limit` bytes, and any may
+    hold :func:`~lightning_streamprof.trace.limits.value_limit` values (counted before they are decoded)."""
     data = _decompress(raw, source)
+    if count_values(data) > (values := value_limit(len(raw))):
+        raise TraceFormatError(source, describe_values(values, len(raw)))
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as err:
@@ -84,7 +90,7 @@ def parse_document(raw: bytes, source: str = "<bytes>") -> EventTable:
     del data
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceFormatError(source, "not a Kineto trace (no 'traceEvents' list)")
-    events = doc["traceEvents"]
+    events = [ev for ev in doc["traceEvents"] if isinstance(ev, dict)]  # rows for events only
     strings: dict[str, int] = {}
     n = len(events)
     cols = {name: np.full(n, fill, dtype) for name, dtype, fill in COLUMNS}
@@ -124,7 +130,7 @@ def _fill(events: list, cols: dict[str, np.ndarray], strings: dict[str, int],
         if k == Kind.OTHER and not cat and label == MEMORY_EVENT:  # older traces: [memory] events without a cat
             k = Kind.MEMORY
         kind[row] = k
-        label = label if isinstance(label, str) else str(label)
+        label = label if isinstance(label, str) else value_text(label)
         name[row] = strings.setdefault(label, len(strings))
         try:
             ts_us = _microseconds(ev.get("ts"))
@@ -142,7 +148,7 @@ def _fill(events: list, cols: dict[str, np.ndarray], strings: dict[str, int],
         args = ev.get("args")
         if isinstance(args, dict):
             if "Collective name" in args:
-                comm_args[row] = collectives.from_values(args)
+                comm_args[row] = collectives.from_values({key: flat(args.get(key)) for key in collectives.KEYS})
             elif k in (Kind.USER_ANNOTATION, Kind.CPU_OP) and collectives.is_gloo_range(label):
                 found = collectives.gloo_args(args.get("Input Dims"), args.get("Input type"))
                 if found is not None:
@@ -170,16 +176,9 @@ def _fill(events: list, cols: dict[str, np.ndarray], strings: dict[str, int],
             elif k == Kind.CPU_OP:
                 dims = args.get("Input Dims")
                 if dims is not None:
-                    cols["shapes"][row] = strings.setdefault(_dims_text(dims), len(strings))
+                    cols["shapes"][row] = strings.setdefault(dims_text(dims), len(strings))
         row += 1
     return row
-
-
-def _dims_text(dims: Any) -> str:
-    try:
-        return orjson.dumps(dims).decode()
-    except TypeError:  # integers beyond 64 bits
-        return str(dims)
 
 
 def checked(table: EventTable) -> EventTable:
@@ -203,7 +202,7 @@ def parse_trace(raw: bytes, source: str = "<bytes>") -> EventTable:
     if not raw:
         raise TraceFormatError(source, "empty file")
     table = read_chunked(blocks.memory_pieces(raw, blocks.READ_SIZE), source, limit=inflate_limit(len(raw)),
-                         size=len(raw))
+                         size=len(raw), values=value_limit(len(raw)))
     return checked(table if table is not None else parse_document(raw, source))
 
 
@@ -211,8 +210,9 @@ def read_trace(path: str) -> EventTable:
     """Read and check a Kineto trace from a local path or fsspec URL (``.json`` or ``.json.gz``).
 
     Only a regular file is opened (a FIFO, a device or a socket is refused at once), no more than its size when
-    opened is read, and a gzipped trace may inflate to :func:`~lightning_streamprof.trace.limits.inflate_limit`
-    bytes; :class:`TraceFormatError` names the file and the limit otherwise (or says that memory ran out).
+    opened is read, a gzipped trace may inflate to :func:`~lightning_streamprof.trace.limits.inflate_limit`
+    bytes, and any may hold :func:`~lightning_streamprof.trace.limits.value_limit` values; :class:`TraceFormatError`
+    names the file and the limit otherwise (or says that memory ran out).
     """
     source = str(path)
     size = None
@@ -223,7 +223,7 @@ def read_trace(path: str) -> EventTable:
             if not first:
                 raise TraceFormatError(source, "empty file")
             table = read_chunked(blocks.file_pieces(f.read, first, blocks.READ_SIZE), source,
-                                 limit=inflate_limit(size), size=size)
+                                 limit=inflate_limit(size), size=size, values=value_limit(size))
         if table is None:
             with remote.opened(source) as f:
                 table = parse_document(f.read(), source=source)

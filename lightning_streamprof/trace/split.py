@@ -43,15 +43,17 @@ class EventSplitter:
         """Pass every chunk to ``consume``, which raises for a chunk that does not decode.
 
         A cut that falls inside a string or a nested array leaves the chunk truncated (the only way such a
-        cut can fail); the chunk is then extended to the next candidate cut.
+        cut can fail); the chunk is then tried again at twice the length, so that an event holding a wide list
+        of objects (a candidate cut every few bytes) costs a few decodes, not one per candidate.
         """
         pending = bytearray(self._find_start())  # grown in place: a long stretch without a cut costs linear time
         after = 0
+        size = self.chunk_size  # the length wanted of the next chunk
         for block in self._blocks:
             pending += block
             start = 0
-            while len(pending) - start >= self.chunk_size and len(pending) > after:
-                found = _boundary(pending, start, max(start + self.chunk_size, after), after)
+            while len(pending) - start >= size and len(pending) > after:
+                found = _boundary(pending, start, max(start + size, after), after)
                 if found is None:  # no cut before the end: the next one starts in bytes still to come
                     after = len(pending)
                     break
@@ -61,8 +63,9 @@ class EventSplitter:
                     if "truncated" not in str(err):
                         raise
                     after = found[1] + 1
+                    size = max(size, 2 * (after - start))
                     continue
-                start, after = found[1], 0
+                start, after, size = found[1], 0, self.chunk_size
             if start:
                 del pending[:start]
             after = max(0, after - start)

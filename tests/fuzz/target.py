@@ -5,17 +5,26 @@ The only exception allowed is :class:`~lightning_streamprof.trace.TraceFormatErr
 source); every clean result must keep the invariants (:func:`lightning_streamprof.results.checks.violations`),
 encode as JSON and render without a control character. Used by ``test_fuzz.py`` (a short run in the test suite)
 and ``benchmarks/fuzz_traces.py`` (the long run).
+
+Besides odd values, the shapes that used to break the reader or the analysis: values nested about 1,000 lists deep
+(between Python's recursion limit and the JSON readers' 1,024 levels), wide lists (of zeros, of objects inside an
+event; the value budget runs at a floor of :data:`VALUES_FLOOR` here so that some of them meet it) and long chains
+of nested operators.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import gzip
 import json
 import os
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 from hypothesis import strategies as st
 
@@ -23,19 +32,40 @@ from lightning_streamprof.analysis import analyze_table, combine
 from lightning_streamprof.report.text import render_analysis
 from lightning_streamprof.results import TraceIdentity, to_json
 from lightning_streamprof.results.checks import violations
-from lightning_streamprof.trace import TraceFormatError, parse_trace
+from lightning_streamprof.trace import TraceFormatError, limits, parse_trace
+from lightning_streamprof.trace.identity import trace_identity
 
 SOURCE = "fuzz.pt.trace.json"
 FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "traces",
                        "frozen_backbone.pt.trace.json.gz")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: the value budget's floor while fuzzing (8.4 million in use): wide lists of 100,000 values meet it when gzipped
+VALUES_FLOOR = 1 << 16
 
 
 # ------------------------------------------------------------------------------------------------ the target
+@contextlib.contextmanager
+def python_recursion_limit() -> Iterator[None]:
+    """Python's own recursion limit (1,000), which the ``streamprof`` command runs under: hypothesis raises it while
+    a test runs, which would hide what a value nested 1,000 deep does to ``repr``."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
+
+
 def run_target(data: bytes) -> str:
     """``"rejected"`` (a TraceFormatError) or ``"clean"``; AssertionError for a broken promise."""
+    with python_recursion_limit():
+        return _run(data)
+
+
+def _run(data: bytes) -> str:
     try:
-        table = parse_trace(data, SOURCE)
+        with mock.patch.object(limits, "VALUES_FLOOR", VALUES_FLOOR):
+            table = parse_trace(data, SOURCE)
         result = analyze_table(table, TraceIdentity(path=SOURCE, rank=0, window=0))
     except TraceFormatError as err:
         message = str(err)
@@ -44,6 +74,7 @@ def run_target(data: bytes) -> str:
     problems = violations(result)
     assert problems == [], problems
     to_json(result)
+    to_json(trace_identity(f"fit-1/w000-step0/rank0.{SOURCE}", table.metadata))  # the metadata read as written
     text = render_analysis(result, top=5)
     assert not _CONTROL.search(text), repr(_CONTROL.search(text).group())
     merged = combine([result, result], run="fuzz")
@@ -80,6 +111,28 @@ json_values = st.recursive(
 )
 numbers = st.sampled_from(HUGE + FLOATS) | st.integers(-(10**6), 10**6) | st.floats(-1e6, 1e6)
 any_value = numbers | st.sampled_from(ODD) | json_values
+
+
+@dataclasses.dataclass(frozen=True)
+class Deep:
+    """``leaf`` (JSON text) inside ``depth`` lists, written by :func:`_encode` (``json`` itself recurses)."""
+
+    depth: int
+    leaf: str
+
+    def text(self) -> str:
+        return "[" * self.depth + self.leaf + "]" * self.depth
+
+
+#: about Python's recursion limit, up to and past the JSON readers' 1,024 levels, and a shallower one
+deep_values = st.builds(Deep, st.sampled_from([1010, 1019, 1000, 990, 1030, 200]),
+                        st.sampled_from(['"x"', "0", "{}", '{"a": [1, 2.5]}', "[]"]))
+WIDTHS = [1_000, 20_000, 100_000]
+#: where a deep value goes: a key of an event, a key of its args, or a metadata path
+DEEP_PLACES = ["name", "name", "cat", "ts", "pid", "args.Input Dims", "args.Input type", "args.Collective name",
+               "args.Process Group Name", "args.x", "meta", "meta"]
+DEEP_META = [("streamprof", "run"), ("streamprof", "host"), ("distributedInfo", "rank"),
+             ("deviceProperties", 0, "name"), ("deviceProperties", 0, "numSms"), ("host_name",), ("streamprof",)]
 
 
 # ------------------------------------------------------------------------------------------------ generated traces
@@ -135,6 +188,10 @@ def built_traces(draw: st.DrawFn) -> dict[str, Any]:
                                "name": draw(st.sampled_from(["train.py(12): training_step", "torch/nn.py(1): f"])),
                                "args": {"Python id": (pyid := pyid + 1), "Python parent id": pyid - 1}})
         t += length + draw(st.integers(0, 50))
+    nested = draw(st.sampled_from([0, 0, 0, 40, 2000]))
+    if nested:
+        ext, corr = _nested_operators(events, nested, t, ext, corr, draw(st.booleans()))
+        t += 4 * nested + 10
     events.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": 1, "ts": 0,
                    "dur": t + 1})
     events.append({"ph": "s", "cat": "ac2g", "id": 1, "pid": 1, "tid": 1, "ts": 0})
@@ -143,6 +200,28 @@ def built_traces(draw: st.DrawFn) -> dict[str, Any]:
             "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
             "streamprof": {"run": "fit-1", "window": 0, "first_step": 0, "host": "h"},
             "traceEvents": events}
+
+
+def _nested_operators(events: list[dict[str, Any]], n: int, t: int, ext: int, corr: int,
+                      in_step: bool) -> tuple[int, int]:
+    """A step (or none) holding ``n`` CPU operators each inside the previous, each allocating and freeing memory,
+    the innermost launching a kernel; returns the last External id and correlation."""
+    if in_step:
+        events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#99", "pid": 1, "tid": 1, "ts": t,
+                       "dur": 4 * n + 4, "args": {"External id": (ext := ext + 1)}})
+    for k in range(n):
+        events.append({"ph": "X", "cat": "cpu_op", "name": ("aten::linear", "aten::addmm", "aten::mm")[k % 3],
+                       "pid": 1, "tid": 1, "ts": t + 1 + k, "dur": 4 * n - 2 * k,
+                       "args": {"External id": (ext := ext + 1)}})
+        for at, nbytes in ((t + 1 + k, 4096), (t + 4 * n - k, -4096)):
+            events.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+                           "ts": at, "args": {"Total Reserved": 1 << 30, "Total Allocated": 4096 * (k + 1),
+                                              "Bytes": nbytes, "Addr": k, "Device Type": 1, "Device Id": 0}})
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + n + 1,
+                   "dur": 1, "args": {"External id": ext, "correlation": (corr := corr + 1)}})
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t + n + 2, "dur": 5,
+                   "args": {"External id": ext, "correlation": corr, "device": 0, "stream": 7}})
+    return ext, corr
 
 
 _FIXTURE_CACHE: list[dict[str, Any]] = []
@@ -216,15 +295,59 @@ def mutated(draw: st.DrawFn, base: st.SearchStrategy) -> dict[str, Any]:
     return doc
 
 
+@st.composite
+def shaped(draw: st.DrawFn, base: st.SearchStrategy) -> dict[str, Any]:
+    """``base``, a third of the time with a deep value (an event's key or argument, or metadata) or a wide list."""
+    doc = draw(base)
+    events = [ev for ev in doc["traceEvents"] if isinstance(ev, dict)]
+    shape = draw(st.sampled_from(["none", "none", "none", "none", "deep", "wide"]))
+    if shape == "wide":
+        where = draw(st.sampled_from(["events", "args.Input Dims", "args.x", "meta"]))
+        _widen(doc, where, draw(st.sampled_from(WIDTHS)))
+    elif shape == "deep":
+        place = draw(st.sampled_from(DEEP_PLACES))
+        if place == "meta" or not events:
+            _set_path(doc, draw(st.sampled_from(DEEP_META)), draw(deep_values))
+        else:
+            ev = events[draw(st.integers(0, len(events) - 1))]
+            node = ev.setdefault("args", {}) if place.startswith("args.") else ev
+            if isinstance(node, dict):
+                node[place.removeprefix("args.")] = draw(deep_values)
+    return doc
+
+
+def _widen(doc: dict[str, Any], where: str, width: int) -> None:
+    """A list of ``width`` zeros (of empty objects inside an event) at ``where``."""
+    events = doc["traceEvents"]
+    if where == "events":
+        events.extend([0] * width)
+    elif where == "meta":
+        doc["wide"] = [0] * width
+    elif events and isinstance(events[0], dict) and isinstance(events[0].setdefault("args", {}), dict):
+        events[0]["args"][where.removeprefix("args.")] = [0] * width if where == "args.Input Dims" else [{}] * width
+
+
 def _encode(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, allow_nan=False).encode()
+    """JSON of ``doc``, each :class:`Deep` value written in place of a placeholder."""
+    deep: list[Deep] = []
+
+    def placeholder(value: Any) -> str:
+        if not isinstance(value, Deep):
+            raise TypeError(type(value).__name__)
+        deep.append(value)
+        return f"\x00deep{len(deep) - 1}\x00"
+
+    text = json.dumps(doc, allow_nan=False, default=placeholder)
+    for i, value in enumerate(deep):
+        text = text.replace(json.dumps(f"\x00deep{i}\x00"), value.text(), 1)
+    return text.encode()
 
 
 @st.composite
 def trace_bytes(draw: st.DrawFn) -> bytes:
-    """A generated or real-sliced trace, mutated, encoded (plain or gzipped), perhaps truncated or with a few
-    bytes changed."""
-    doc = draw(mutated(st.one_of(built_traces(), real_slices())))
+    """A generated or real-sliced trace, mutated, perhaps deep or wide, encoded (plain or gzipped), perhaps
+    truncated or with a few bytes changed."""
+    doc = draw(shaped(mutated(st.one_of(built_traces(), real_slices()))))
     data = _encode(doc)
     cut = draw(st.sampled_from(["none", "none", "none", "truncate", "flip"]))
     if cut == "truncate":

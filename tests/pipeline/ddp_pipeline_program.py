@@ -17,14 +17,14 @@ from pipeline_models import Net, loader  # noqa: E402
 from program_exit import leave_after_distributed_run  # noqa: E402
 
 from lightning_streamprof import StreamPipeline  # noqa: E402
-from lightning_streamprof.pipeline import callback as pipeline_callback  # noqa: E402
+from lightning_streamprof.pipeline.stager import Stager  # noqa: E402
 
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
     epochs = int(sys.argv[3]) if len(sys.argv) > 3 else 2
     net = Net()
     if mode == "auto":
-        pipeline_callback._AUTO_NEEDS_CUDA = False
+        Stager.overlaps = True  # as if staging ran beside the step, as with CUDA streams
         callbacks = [StreamPipeline(mode="auto", backbone="backbone", staging_thread=False, warmup=1, trial=4)]
     else:
         callbacks = [StreamPipeline(mode="on", backbone="backbone", staging_thread=mode == "thread")] if mode != "off" else []
@@ -36,6 +36,6 @@ if __name__ == "__main__":
     with open(os.path.join(out, f"rank{trainer.global_rank}.json"), "w") as f:
         json.dump({"rank": trainer.global_rank, "seen": net.seen, "losses": net.losses, "weights": weights,
                    "steps": trainer.global_step, "staged": staged,
-                   "auto": [{"ms": {w.key: v for w, v in m.ms.items()}, "choice": m.choice.key} for m in callbacks[0]._auto.history] if mode == "auto" else None},
+                   "auto": [{"ms": {w.key: v for w, v in m.ms.items()}, "choice": m.choice.key} for m in callbacks[0]._fit.steering.auto.history] if mode == "auto" else None},
                   f)
     leave_after_distributed_run()

@@ -2,7 +2,8 @@
 
 import pytest
 
-from lightning_streamprof.pipeline.auto import AutoSwitch, Measurement
+from lightning_streamprof.pipeline.auto import AutoSwitch
+from lightning_streamprof.pipeline.decision import Measurement
 from lightning_streamprof.pipeline.way import INLINE, SERIAL, THREAD, Way, candidate_ways
 
 GRAPH = Way(True, True, True)
@@ -28,7 +29,7 @@ def drive(switch, clock, ms, steps):
     used, current = [], switch.choice
     for _ in range(steps):
         clock.t += ms[current] / 1e3
-        current = switch.step()
+        current = switch.step().way
         used.append(current)
     return used
 
@@ -141,7 +142,7 @@ def test_trials_that_confirm_the_choice_come_ever_less_often():
     for _ in range(1, 200):
         clock.t += (1.0 if current == SERIAL else 1.5) / 1e3
         before = switch.interval, len(switch.history)
-        current = switch.step()
+        current = switch.step().way
         trial_steps += switch.in_trials
         if (switch.interval, len(switch.history)) != before:
             intervals.append((switch.interval, len(switch.history)))
@@ -190,14 +191,14 @@ def test_steps_marked_as_not_training_are_left_out_of_trials_and_the_trial_runs_
     """A validation pass or a profiler window in a trial: its step (100 ms) and the next are not timed."""
     switch, clock = switch_of(warmup=1, trial=6, recheck=500)
     ms = {SERIAL: 4.0, PIPED: 2.0}
-    current = switch.step()  # warm-up ends
+    current = switch.step().way  # warm-up ends
     steps = 0
     while not switch.history and steps < 40:
         slow = steps in (3, 12)  # one marked step in each way's trial
         if slow:
             switch.exclude()
         clock.t += (100.0 if slow else ms[current]) / 1e3
-        current = switch.step()
+        current = switch.step().way
         steps += 1
     m = switch.history[0]
     assert m.ms == {SERIAL: pytest.approx(4.0), PIPED: pytest.approx(2.0)} and m.choice == PIPED
@@ -265,7 +266,7 @@ def test_a_loader_bound_serial_step_keeps_serial():
         clock.t += (10.0 if current == SERIAL else 7.0) / 1e3
         if current == SERIAL:
             switch.waited(0.004)
-        current = switch.step()
+        current = switch.step().way
     m = switch.history[0]
     assert m.serial_wait_ms == pytest.approx(4.0) and m.loader_share == pytest.approx(0.4)
     assert m.gain > 0.4 and switch.choice == SERIAL

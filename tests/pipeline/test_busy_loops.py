@@ -58,7 +58,7 @@ def test_busy_loop_pipelined_equals_serial(case, threaded, tmp_path):
     [call] = pipe.staged_calls
     assert call.hits == pipe.staged_batches - 1 > 0 and call.mismatch is None
     if BUSY[case].get("limit_val_batches"):  # validation batches staged too, every staged output used
-        assert pipe.eval_staged_batches > 0 and pipe._proxies.eval_hits["backbone.forward"] == pipe.eval_staged_batches
+        assert pipe.eval_staged_batches > 0 and pipe._fit.calls.proxies.eval_hits["backbone.forward"] == pipe.eval_staged_batches
         assert f"validation: {pipe.eval_staged_batches} batches staged before their step" in pipe.report()
     if BUSY[case].get("checkpoint"):
         names = sorted(p.name for p in (tmp_path / "piped").iterdir())
@@ -81,7 +81,7 @@ def test_busy_loop_on_cuda_with_the_graph_equals_serial_and_stages_validation(tm
     assert_same(piped_net, serial_net)
     [call] = pipe.staged_calls
     assert call.hits == pipe.staged_batches - 1 > 0 and call.mismatch is None
-    assert pipe.eval_staged_batches > 0 and pipe._proxies.eval_hits["backbone.forward"] == pipe.eval_staged_batches
+    assert pipe.eval_staged_batches > 0 and pipe._fit.calls.proxies.eval_hits["backbone.forward"] == pipe.eval_staged_batches
     assert "the staged calls replay a CUDA graph" in pipe.report()
 
 
@@ -119,10 +119,10 @@ def test_auto_leaves_out_the_steps_of_profiler_windows_validation_checkpoints_an
     """``auto`` is told which steps do more than train: a StreamProfiler window and the steps that pay for it,
     validation, a checkpoint, an epoch's end (on CPU, with auto's timing enabled as the GPU has it)."""
     from lightning_streamprof import StreamProfiler
-    from lightning_streamprof.pipeline import callback as pipeline_callback
     from lightning_streamprof.pipeline.auto import AutoSwitch
+    from lightning_streamprof.pipeline.stager import Stager
 
-    monkeypatch.setattr(pipeline_callback, "_AUTO_NEEDS_CUDA", False)
+    monkeypatch.setattr(Stager, "overlaps", True)  # as if staging ran beside the step, as with CUDA streams
     left_out: list[int] = []
     original = AutoSwitch.exclude
 
@@ -144,7 +144,7 @@ def test_auto_leaves_out_the_steps_of_profiler_windows_validation_checkpoints_an
     assert {5, 10, 15, 20} <= steps
     assert 12 in steps  # the end of the first epoch and the second one's first fetch
     assert {14, 15, 16} <= steps  # the profiler's window (warm-up 1, recorded 2) and its cost tail
-    assert pipe._auto.history  # it still decided, on the steps that only trained
+    assert pipe._fit.steering.auto.history  # it still decided, on the steps that only trained
 
 
 class ValidatesOtherwise(BusyNet):
@@ -190,4 +190,4 @@ def test_several_validation_loaders_are_staged_with_their_own_hooks(tmp_path):
     for key in ("val_loss_0", "val_loss_1"):
         torch.testing.assert_close(t_piped.callback_metrics[key], t_serial.callback_metrics[key])
     assert pipe.eval_staged_batches == 2 * 2 * 3  # two validation runs of two loaders, three batches each
-    assert pipe._proxies.eval_hits["backbone.forward"] == pipe.eval_staged_batches
+    assert pipe._fit.calls.proxies.eval_hits["backbone.forward"] == pipe.eval_staged_batches

@@ -174,7 +174,7 @@ def test_constants_made_in_the_step_are_computed_once():
     """``torch.tensor([...], device=...)`` in the step: a host-to-device copy each time, which a CUDA graph
     cannot capture; the staged derivation computes it on its first run and keeps it."""
     _, pipe = fit(StepConverts("constants_made_in_step"), dict(mode="on"))
-    folded = pipe._program.folded
+    folded = pipe._fit.calls.program.folded
     assert {tuple(t.shape) for t in folded.values()} == {(3,), (1, 3, 1, 1)}
     used = sorted(t.flatten()[0].item() for t in folded.values() if t.dim() == 4)
     assert used == pytest.approx([0.2, 0.2, 0.4])  # the view of std, std moved to the device, and the mean

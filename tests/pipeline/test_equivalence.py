@@ -128,7 +128,7 @@ class SlotWatch(L.Callback):
 
     def on_train_batch_end(self, trainer, *args):
         pipe = next(cb for cb in trainer.callbacks if isinstance(cb, StreamPipeline))
-        self.most = max(self.most, len(pipe._stager.slots))
+        self.most = max(self.most, len(pipe._fit.train.slots))
 
 
 @pytest.mark.parametrize("threaded", [False, True], ids=["inline", "thread"])
@@ -158,5 +158,5 @@ def test_depth_must_be_positive():
 def test_mode_off_watches_and_replaces_nothing():
     net, trainer = run("off", max_epochs=1)
     pipe = trainer.callbacks[0]
-    assert pipe._probe is None and pipe.staged_calls == [] and pipe.staged_batches == 0
+    assert pipe._fit.calls.probe is None and pipe.staged_calls == [] and pipe.staged_batches == 0
     assert "forward" not in vars(net.backbone)

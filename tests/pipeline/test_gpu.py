@@ -24,7 +24,7 @@ def test_pipelined_equals_serial_on_cuda(case, threaded, depth):
     for a, b in zip(piped.head.parameters(), serial.head.parameters()):
         torch.testing.assert_close(a, b)
     assert t_piped.global_step == t_serial.global_step
-    assert t_piped.callbacks[0]._stager.cuda and t_piped.callbacks[0].staged_batches > 0
+    assert t_piped.callbacks[0]._fit.stager.cuda and t_piped.callbacks[0].staged_batches > 0
 
 
 class Tracker(L.Callback):
@@ -89,7 +89,7 @@ def test_memory_does_not_grow_over_2000_steps_with_the_graph():
     third = len(steady) // 3
     batch_bytes = 8 * 3 * 64 * 64 + 8 * 64 * 64 * 8 + 8 * 16 * 64 * 64 * 4
     assert max(steady[-third:]) <= max(steady[:third]) + 2 * batch_bytes, steady
-    assert pipe._program.graph.replays >= 1990 and pipe.staged_calls[0].hits >= 1990
+    assert pipe._fit.calls.program.graph.replays >= 1990 and pipe.staged_calls[0].hits >= 1990
 
 
 @pytest.mark.parametrize("threaded", [False, True], ids=["inline", "thread"])
@@ -101,7 +101,7 @@ def test_cuda_graph_backbone_equals_serial(case, threaded):
                                                                        staging_thread=threaded), **kwargs)
     assert piped.seen == serial.seen
     assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
-    graphed = trainer.callbacks[0]._program.graph
+    graphed = trainer.callbacks[0]._fit.calls.program.graph
     assert graphed is not None and graphed.replays > 0
 
 
@@ -110,12 +110,12 @@ def test_auto_measures_serial_inline_thread_and_graph_and_equals_serial():
     piped, trainer = run("auto", accelerator="gpu", max_epochs=3,
                          callback_kwargs=dict(backbone="backbone", warmup=2, trial=4, recheck=100))
     pipe = trainer.callbacks[0]
-    assert {w.key for w in pipe._auto.history[0].ms} == {"serial", "inline", "thread+graph"}
+    assert {w.key for w in pipe._fit.steering.auto.history[0].ms} == {"serial", "inline", "thread+graph"}
     assert "measured ms/step" in pipe.report()
-    graphed = pipe._program.graph
+    graphed = pipe._fit.calls.program.graph
     assert graphed.replays > 0  # the graph's trials replayed it
     assert graphed.eager == 0  # captured at the end of the first step: its first trial step already replays
-    if not pipe._auto.choice.graph:
+    if not pipe._fit.steering.auto.choice.graph:
         assert not graphed._graphs  # released when auto chose a way without it
     assert piped.seen == serial.seen
     assert piped.losses == pytest.approx(serial.losses, rel=1e-5, abs=1e-6)
@@ -152,7 +152,7 @@ def test_extra_memory_is_bounded_by_the_staging_depth(depth):
 def test_auto_without_a_backbone_does_not_try_a_graph():
     piped, trainer = run("auto", accelerator="gpu", max_epochs=3,
                          callback_kwargs=dict(backbone=False, warmup=2, trial=4, recheck=100))
-    assert {w.key for w in trainer.callbacks[0]._auto.history[0].ms} == {"serial", "inline", "thread"}
+    assert {w.key for w in trainer.callbacks[0]._fit.steering.auto.history[0].ms} == {"serial", "inline", "thread"}
 
 
 def test_a_forward_that_cannot_be_captured_runs_eagerly_with_one_warning():
@@ -211,5 +211,5 @@ def test_article_style_conversion_in_the_step_is_staged_and_graphed_on_cuda(prec
     piped, pipe = fit(StepConverts("normalize"), dict(mode="on", cuda_graph=True), accelerator="gpu",
                       precision=precision)
     assert pipe.staged_calls[0].hits == pipe.staged_batches - 1 > 0
-    assert pipe._program.graph.replays > 0 and pipe._program.graph.failure is None
+    assert pipe._fit.calls.program.graph.replays > 0 and pipe._fit.calls.program.graph.failure is None
     assert piped.losses == pytest.approx(serial.losses, rel=1e-3, abs=1e-4)

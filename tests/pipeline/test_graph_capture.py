@@ -79,7 +79,7 @@ def test_a_deferred_capture_that_fails_runs_eagerly_with_one_warning(graphed, mo
 def test_a_call_that_cannot_be_captured_leaves_the_graph_and_runs_eagerly_after_it(monkeypatch):
     """Two staged calls and one that reads the second's output: the second cannot be captured (a host
     synchronisation), so it and its reader run eagerly after the graph of the first."""
-    from lightning_streamprof.pipeline import tree
+    from lightning_streamprof.pipeline import pytree as tree
     from lightning_streamprof.pipeline.derivation import BatchLeaf, CallOutput
     from lightning_streamprof.pipeline.program import Arg, Program, StagedCall
 

@@ -9,7 +9,7 @@ import pytest
 from pipeline_models import Net, loader
 
 from lightning_streamprof import StreamPipeline
-from lightning_streamprof.pipeline.way import INLINE, THREAD
+from lightning_streamprof.pipeline.way import INLINE, SERIAL, THREAD
 
 
 class SlowHookNet(Net):
@@ -43,7 +43,7 @@ def test_hooks_run_on_the_staging_thread_and_leave_the_step_alone():
     assert all(t != main for t in net.hook_threads[1:])
     assert set(net.fx_names) == {"training_step"}
     assert "staging thread" in pipe.report()
-    assert pipe._stager.executor is None  # shut down at the end of training
+    assert pipe._fit.stager.executor is None  # shut down at the end of training
 
     serial = SlowHookNet()
     L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -64,7 +64,7 @@ def test_error_in_a_staged_hook_reaches_the_training_loop():
                         enable_progress_bar=False, enable_model_summary=False)
     with pytest.raises(RuntimeError, match="bad batch 5"):
         trainer.fit(FailingHookNet(), loader("sized"))
-    assert pipe._stager.executor is None
+    assert pipe._fit.stager.executor is None
 
 
 class Toggle(L.Callback):
@@ -75,7 +75,8 @@ class Toggle(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step % self.every == 0:
-            self.pipe._way = INLINE if self.pipe._way.thread else THREAD
+            steering = self.pipe._fit.steering
+            steering.way = INLINE if steering.way.thread else THREAD
 
 
 def test_switching_between_thread_and_inline_staging_keeps_results():
@@ -134,8 +135,7 @@ class Switcher(L.Callback):
         if trainer.global_step % self.every == 0:
             self.turn += 1
             way = ("serial", "inline", "thread")[self.turn % 3]
-            self.pipe.mode = "off" if way == "serial" else "on"
-            self.pipe._way = THREAD if way == "thread" else INLINE
+            self.pipe._fit.steering.way = {"serial": SERIAL, "inline": INLINE, "thread": THREAD}[way]
 
 
 @pytest.mark.parametrize("depth", [1, 3])

@@ -206,10 +206,10 @@ class ShardedTeacher(DropoutTeacher):
 def test_a_sharded_frozen_module_is_named_once_and_computed_in_the_step_where_streams_stage(monkeypatch):
     """With CUDA streams and a staging thread, a sharded module's all-gathers would leave the step's order:
     it is refused (here forced, as on a GPU) with one warning, and training equals serial."""
-    from lightning_streamprof.pipeline import callback as pipeline_callback
+    from lightning_streamprof.pipeline import calls as pipeline_calls
     from lightning_streamprof.pipeline.probe import CallProbe
 
-    monkeypatch.setattr(pipeline_callback, "CallProbe", lambda watched, refuse_sharded: CallProbe(watched, True))
+    monkeypatch.setattr(pipeline_calls, "CallProbe", lambda watched, refuse_sharded: CallProbe(watched, True))
     serial = fit(ShardedTeacher(), None)
     with pytest.warns(UserWarning) as record:
         piped = fit(ShardedTeacher(), pipe := StreamPipeline(mode="on"))

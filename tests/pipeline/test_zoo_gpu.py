@@ -45,7 +45,7 @@ def test_zoo_model_on_cuda_is_staged_and_graphed_and_equals_serial(case):
     assert [c.label for c in pipe.staged_calls] == labels
     for call in pipe.staged_calls:
         assert call.hits == STEPS - 1 and call.mismatch is None, pipe.report()
-    graph = pipe._program.graph if labels else None
+    graph = pipe._fit.calls.program.graph if labels else None
     if labels:
         assert graph is not None and (graph.replays > 0 or graph.failure), pipe.report()
         assert "the staged calls replay a CUDA graph" in pipe.report() or "run eagerly:" in pipe.report()
@@ -58,6 +58,6 @@ def test_zoo_model_with_auto_and_no_arguments(case):
     pipe = StreamPipeline(warmup=2, trial=5, recheck=100)
     fit(make(), pipe, accelerator="gpu", steps=40, **kwargs)
     assert [c.label for c in pipe.staged_calls] == labels
-    assert pipe._auto is not None and pipe._auto.history, pipe.report()
-    assert {w.key for w in pipe._auto.history[0].ms} >= {"serial", "thread+graph"}
-    assert pipe._program.graph.eager == 0  # captured at the first step: no eager run on the staging thread
+    assert pipe._fit.steering.auto is not None and pipe._fit.steering.auto.history, pipe.report()
+    assert {w.key for w in pipe._fit.steering.auto.history[0].ms} >= {"serial", "thread+graph"}
+    assert pipe._fit.calls.program.graph.eager == 0  # captured at the first step: no eager run on the staging thread

@@ -8,7 +8,7 @@ from collections import OrderedDict, namedtuple
 import pytest
 import torch
 
-from lightning_streamprof.pipeline import tree
+from lightning_streamprof.pipeline import pytree as tree
 
 Pair = namedtuple("Pair", "a b")
 

@@ -1,10 +1,13 @@
-"""Staging: batches N+1..N+depth prepared on a side CUDA stream (inline or on the staging thread), kept in
-slots until their step, and handed over to the training stream."""
+"""Staging one batch: the precision plugin's input conversion, pinning, ``on_before_batch_transfer``, the
+strategy's copy (which runs ``on_after_batch_transfer``) and the program's frozen calls, launched on a side CUDA
+stream (from the loop's thread or the staging thread); an event marks the end of that work.
+:meth:`StagedBatch.hand_over` makes the training stream wait for the event and take the memory over with
+``record_stream``, so that the caching allocator does not reuse memory still in flight. Without CUDA the same steps
+run in order, without streams."""
 
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -14,9 +17,9 @@ from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_streamprof.names import STAGE_ON_THREAD_RANGE
-from lightning_streamprof.pipeline import tree
+from lightning_streamprof.pipeline import pytree
 from lightning_streamprof.pipeline.program import CallFailed, Program, StagedRun
-from lightning_streamprof.pipeline.thread import Fetched, StagingThread
+from lightning_streamprof.pipeline.thread import StagingThread, on_staging_thread
 
 
 def pin(batch: Any) -> Any:
@@ -41,22 +44,18 @@ class StagedBatch:
         if self.ready is not None:
             stream = torch.cuda.current_stream()
             stream.wait_event(self.ready)
-            staged = tree.tensors(self.batch) + (self.run.tensors() if self.run is not None else [])
+            staged = pytree.tensors(self.batch) + (self.run.tensors() if self.run is not None else [])
             for t in staged:
                 if t.is_cuda:
                     t.record_stream(stream)
         return self.batch
 
 
-Slot = StagedBatch | Future | Fetched
-
-
 class Stager:
-    """Prepares one batch at a time: ``convert`` (the precision plugin's input conversion), pinning,
-    ``before(batch, dataloader_idx)`` (``on_before_batch_transfer``), ``transfer(batch, dataloader_idx)`` (the
-    strategy's copy, which runs ``on_after_batch_transfer``) and the program's frozen calls, on ``stream`` (no stream on CPU).
-
-    A frozen call that fails stops running ahead (with the calls that read its output), with one warning.
+    """Prepares one batch at a time: ``convert``, pinning, ``before(batch, dataloader_idx)``,
+    ``transfer(batch, dataloader_idx)`` and the program's frozen calls, on ``stream`` (no stream on CPU); with
+    ``thread``, also on the staging thread. A frozen call that fails stops running ahead (with the calls that read
+    its output), with one warning.
     """
 
     def __init__(self, device: torch.device, pin_memory: bool, thread: bool, convert: Callable[[Any], Any],
@@ -70,10 +69,15 @@ class Stager:
         self.convert, self.before, self.transfer = convert, before, transfer
         self.program: Program | None = None
         self.use_graph = False  # whether the program replays its CUDA graph (auto switches it per trial)
-        self.slots: deque[Slot] = deque()
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether staging runs beside the training step (on the side stream); without CUDA it runs in order and
+        nothing overlaps, so ``auto`` has nothing to measure."""
+        return self.stream is not None
 
     def inside_thread(self) -> bool:
-        return self.executor is not None and self.executor.inside()
+        return self.executor is not None and on_staging_thread()
 
     def _side(self) -> contextlib.AbstractContextManager:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
@@ -124,35 +128,8 @@ class Stager:
             staged.ready = torch.cuda.Event()
             staged.ready.record(self.stream)
 
-    # ---------------------------------------------------------------- slots
-
-    def resolve(self, slot: Slot) -> StagedBatch:
-        """The staged batch of a slot: staged now if it was only fetched, awaited if it is being staged."""
-        if isinstance(slot, Fetched):
-            return self.stage(slot.item)  # no backward in this step (e.g. a skipped step)
-        if isinstance(slot, Future):
-            return slot.result()
-        return slot
-
-    def resolve_all(self) -> None:
-        for i, slot in enumerate(self.slots):
-            self.slots[i] = self.resolve(slot)
-
-    def start_fetched(self) -> None:
-        """Stage the fetched slots on the thread (the training thread now waits in ``backward``)."""
-        for i, slot in enumerate(self.slots):
-            if isinstance(slot, Fetched):
-                self.slots[i] = self.stage_on_thread(slot.item)
-
-    def drop(self) -> None:
-        slots, self.slots = self.slots, deque()
-        for slot in slots:
-            if isinstance(slot, Future):
-                with contextlib.suppress(Exception):  # a batch that will not be trained
-                    slot.result()
-
     def shutdown(self) -> None:
-        self.drop()
+        """Stop the staging thread (after the jobs it has)."""
         if self.executor is not None:
             self.executor.shutdown()
             self.executor = None

@@ -1,0 +1,62 @@
+"""Time `streamprof analyze` on two hostile traces: 100,000 time-nested CPU operators, and 20 million `0` list
+entries in a 38 KB gzip. Prints seconds and peak memory of each run (GNU time), and writes them to
+benchmarks/results/hostile_traces-<tag>.md.
+
+    python benchmarks/hostile_traces.py --tag cpu
+"""
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def nested(path: str, n: int = 100_000) -> None:
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": 1, "ts": i, "dur": 2 * (n - i)}
+              for i in range(n)]
+    events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+                   "dur": 2 * n + 5})
+    with open(path, "wb") as f:
+        f.write(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+
+
+def zeros(path: str, n: int = 20_000_000) -> None:
+    with open(path, "wb") as f:
+        f.write(gzip.compress(b'{"traceEvents": [' + b"0," * n + b"0]}"))
+
+
+def timed(path: str) -> tuple[float, int, int]:
+    out = subprocess.run(["/usr/bin/time", "-f", "%e %M", sys.executable, "-m", "lightning_streamprof.cli",
+                          "analyze", path], capture_output=True, text=True)
+    seconds, kb = out.stderr.strip().splitlines()[-1].split()
+    return float(seconds), int(kb) // 1024, out.returncode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tag", default="cpu")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, make in (("100,000 nested operators", nested), ("20 million zeros", zeros)):
+            path = os.path.join(tmp, name.split()[1] + ".json.gz")
+            make(path)
+            seconds, mb, rc = timed(path)
+            rows.append(f"| {name} | {os.path.getsize(path):,} | {seconds:.2f} | {mb} | {rc} |")
+    text = "\n".join([f"# hostile_traces ({platform.node()}, {os.cpu_count()} cores, {datetime.date.today()})", "",
+                      f"`python benchmarks/hostile_traces.py --tag {args.tag}`", "",
+                      "| trace | bytes | seconds | peak MB | exit |", "| --- | ---: | ---: | ---: | ---: |", *rows, ""])
+    print(text)
+    with open(os.path.join(ROOT, "benchmarks", "results", f"hostile_traces-{args.tag}.md"), "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
