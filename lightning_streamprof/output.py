@@ -34,8 +34,8 @@ class NotRegularFile(ValueError):
 
 
 def kind_of(mode: int) -> str:
-    """What a file of ``mode`` is, in words (``a FIFO``); ``a file`` for a regular one."""
-    return next((what for test, what in _KINDS if test(mode)), "a file")
+    """What a file of ``mode`` that is not regular is, in words (``a FIFO``)."""
+    return next((what for test, what in _KINDS if test(mode)), "an unknown kind of file")
 
 
 #: temporary files of local writes under way (an export thread's at the program's exit), removed at exit; a remote

@@ -25,13 +25,18 @@ class InflateLimit(Exception):
         self.limit = limit
 
 
+def _factor(name: str, default: float) -> float:
+    """The positive number in the environment variable ``name``, else ``default``."""
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
 def ratio() -> float:
     """How many times its size a gzipped trace may inflate to: ``$STREAMPROF_MAX_INFLATE``, else 100."""
-    try:
-        value = float(os.environ.get(RATIO_ENV, DEFAULT_RATIO))
-    except ValueError:
-        return DEFAULT_RATIO
-    return value if value > 0 else DEFAULT_RATIO
+    return _factor(RATIO_ENV, DEFAULT_RATIO)
 
 
 def inflate_limit(compressed_size: int | None) -> int:
@@ -73,11 +78,7 @@ class ValueLimit(Exception):
 
 def values_per_byte() -> float:
     """``$STREAMPROF_MAX_VALUES``, else :data:`VALUES_PER_BYTE`."""
-    try:
-        value = float(os.environ.get(VALUES_ENV, VALUES_PER_BYTE))
-    except ValueError:
-        return VALUES_PER_BYTE
-    return value if value > 0 else VALUES_PER_BYTE
+    return _factor(VALUES_ENV, VALUES_PER_BYTE)
 
 
 def value_limit(file_size: int | None) -> int:

@@ -21,6 +21,7 @@ from lightning_streamprof.errors import describe
 from lightning_streamprof.deadline import DeadlineExceeded, call_with_deadline, io_timeout
 from lightning_streamprof.locations import filesystem as _filesystem
 from lightning_streamprof.locations import is_local, is_url
+from lightning_streamprof.output import kind_of
 from lightning_streamprof.trace.table import TraceFormatError
 
 T = TypeVar("T")
@@ -132,14 +133,10 @@ class _Reader:
         return data
 
 
-#: what a path that is not a regular file is, by ``stat``'s file type
-_KINDS = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def _not_regular(path: str, mode: int) -> TraceFormatError:
-    kind = next((what for test, what in _KINDS if test(mode)), "not a file")
-    return TraceFormatError(path, kind if kind == "is a directory" else f"not a regular file ({kind})")
+    if stat.S_ISDIR(mode):
+        return TraceFormatError(path, "is a directory")
+    return TraceFormatError(path, f"not a regular file ({kind_of(mode)})")
 
 
 def _open_local(path: str, local: str) -> tuple[Any, int]:
