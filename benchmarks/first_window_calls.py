@@ -46,7 +46,7 @@ def child(spec: dict) -> dict:
                         limit_val_batches=0, default_root_dir=spec["out"])
     data = SegmentationData(spec["batch"], spec["image_size"], spec["batch"] * (steps + 1), workers=0)
     trainer.fit(FrozenBackboneSegmenter(width=32), datamodule=data)
-    return dict(prof._recorder.first_window_calls)
+    return dict(prof._profiled.recorder.first_window_calls)  # noqa: SLF001
 
 
 def main(argv: list[str] | None = None) -> None:

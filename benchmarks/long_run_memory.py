@@ -59,8 +59,9 @@ class Sampler(L.Callback):
         if step < self.skip or (step - self.skip) % self.every:
             return
         prof = trainer.profiler
-        exporter = getattr(prof, "_exporter", None)
-        recorder = getattr(prof, "_recorder", None)
+        stage = getattr(prof, "_profiled", None)  # noqa: SLF001
+        exporter = getattr(stage, "exporter", None)
+        recorder = getattr(stage, "recorder", None)
         self.samples.append({
             "step": step, "rss": rss_bytes(),
             "ended": recorder._windows_done if recorder is not None else 0,  # noqa: SLF001
@@ -85,7 +86,7 @@ def run(steps: int, every: int, profiled: bool, directory: str) -> dict:
            "samples": sampler.samples, "rss_end": rss_bytes()}
     if prof is not None:
         summary = prof.summary()
-        out.update(windows_written=prof._last_exporter.written, summary_lines=len(summary.splitlines()),  # noqa: SLF001
+        out.update(windows_written=prof._profiled.exporter.written, summary_lines=len(summary.splitlines()),  # noqa: SLF001
                    summary_bytes=len(summary.encode()), windows_kept=len(prof.windows),
                    analyses_kept=sum(w.analysis is not None for w in prof.windows),
                    max_export_lag=max((s["ended"] - s["written"] for s in sampler.samples), default=0))

@@ -92,7 +92,7 @@ def _sync() -> None:
 
 def _worker_cpu(profiler) -> float | None:
     """CPU seconds of StreamProfiler's analysis worker so far (Linux), None without one."""
-    worker = getattr(getattr(profiler, "_exporter", None), "_worker", None)
+    worker = getattr(getattr(getattr(profiler, "_profiled", None), "exporter", None), "_worker", None)
     proc = getattr(worker, "_proc", None)
     try:
         fields = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()
@@ -190,8 +190,8 @@ def run(spec: dict) -> dict:
         row.update(stated_fraction=cost.fraction, stated_s=cost.seconds, training_s=cost.training_seconds,
                    windows=cost.windows, end_stage_s=cost.end_seconds, worker_cpu_s=clock.worker_cpu_s,
                    first_window_s=cost.first_window_seconds, first_window_parts_s=cost.first_window_parts,
-                   first_window_calls_s=getattr(getattr(profiler, "_recorder", None), "first_window_calls", None),
-                   hook_s_per_step=getattr(cost, "hook_per_step", None), hook_fraction=getattr(cost, "hook_fraction", None),
+                   first_window_calls_s=getattr(getattr(getattr(profiler, "_profiled", None), "recorder", None),
+                                                "first_window_calls", None),
                    headline=profiler.summary().splitlines()[0],
                    gpu_utilization=_mean_metric(profiler, "streamprof/gpu_utilization"))
     row["trace_files"] = sum(f.endswith((".pt.trace.json", ".pt.trace.json.gz")) for _, _, fs in os.walk(out)

@@ -10,7 +10,7 @@ steps=${2:-600}
 configs=${3:-serial,auto,on+graph}
 tag=${4:-h200-one}
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  tests=${TESTS:-tests/pipeline/test_gpu.py tests/test_profiler_gpu.py tests/transforms tests/distributed/test_gpu_nccl.py}
+  tests=${TESTS:-tests/pipeline/test_gpu.py tests/profiling/test_profiler_gpu.py tests/transforms tests/distributed/test_gpu_nccl.py}
   timeout ${TESTS_TIMEOUT:-170} python -m pytest -m gpu -q -p no:cacheprovider -rs $tests > $OUT/gpu_tests.log 2>&1
 fi
 timeout ${RUNS_TIMEOUT:-400} python benchmarks/pipeline_runs.py --rounds ${ROUNDS:-5} --steps $steps --configs $configs \

@@ -5,7 +5,7 @@
 set -u
 source benchmarks/gpu_env.sh
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  tests=${TESTS:-tests/pipeline/test_gpu.py tests/test_profiler_gpu.py tests/transforms tests/distributed/test_gpu_nccl.py}
+  tests=${TESTS:-tests/pipeline/test_gpu.py tests/profiling/test_profiler_gpu.py tests/transforms tests/distributed/test_gpu_nccl.py}
   timeout ${TESTS_TIMEOUT:-170} python -m pytest -m gpu -q -p no:cacheprovider -rs $tests > $OUT/gpu_tests.log 2>&1
 fi
 for spec in "$@"; do

@@ -60,7 +60,7 @@ class Clock(L.Callback):
             name = "training thread" if tid == threading.main_thread().native_id else names.get(tid, "other")
             name = name.split(":")[0]  # streamprof-deadline:<what>
             self.threads[name] = self.threads.get(name, 0.0) + cpu - self._before.get(tid, 0.0)
-        worker = getattr(getattr(trainer.profiler, "_exporter", None), "_worker", None)
+        worker = getattr(getattr(getattr(trainer.profiler, "_profiled", None), "exporter", None), "_worker", None)
         proc = getattr(worker, "_proc", None)
         if proc is not None:
             self.worker_cpu = _cpu(f"/proc/{proc.pid}/stat")

@@ -1,4 +1,5 @@
-"""The data flows one way: trace -> analysis -> results -> renderers; analysis never needs torch or Lightning."""
+"""The data flows one way: trace -> analysis -> results -> renderers; analysis never needs torch or Lightning;
+renderers read results only, and the profiler calls them from one module."""
 
 import ast
 import os
@@ -56,6 +57,16 @@ def test_no_package_imports_a_layer_above_it():
 
 def test_renderers_read_results_only():
     found = [(f, m) for f, m in _imports("report") if m.startswith(("lightning_streamprof.trace", "lightning_streamprof.analysis"))]
+    assert found == []
+
+
+#: the one module of the profiler that calls the renderers (the summary, TensorBoard's markdown, the HTML report)
+PROFILER_RENDERS_IN = "run_report.py"
+
+
+def test_the_profiler_renders_through_its_run_report_only():
+    found = [(f, m) for f, m in _imports("profiling")
+             if m.startswith("lightning_streamprof.report") and f != PROFILER_RENDERS_IN]
     assert found == []
 
 

@@ -32,7 +32,7 @@ def _test_names(*files):
 
 
 def test_every_fault_row_names_an_existing_test():
-    tests = _test_names("faults/test_training_faults.py", "faults/test_deadline.py", "test_long_run.py",
+    tests = _test_names("faults/test_training_faults.py", "faults/test_deadline.py", "profiling/test_long_run.py",
                         "faults/test_kineto_sessions.py", "faults/test_full_disk.py", "faults/test_runs.py",
                         "pipeline/test_two_pipelines.py", "distributed/test_gather_tree.py", "faults/test_exporter.py",
                         "test_outputs.py", "test_resources.py")
@@ -43,8 +43,8 @@ def test_every_fault_row_names_an_existing_test():
 
 def test_every_bad_input_row_is_a_test_case():
     tests = _test_names("trace/test_bad_input.py", "trace/test_odd_files.py", "test_cli_output.py",
-                        "test_profiler_arguments.py", "test_outputs.py", "trace/test_symlinks.py",
-                        "report/test_inert_text.py", "trace/test_deep_and_wide.py")
+                        "profiling/test_settings.py", "test_outputs.py", "trace/test_symlinks.py",
+                        "report/test_inert_text.py")
     rows = _last_cells(_section("Bad input"))
     ids = [i for row in rows for i in row]
     assert all(rows) and len(ids) == len(set(ids))

@@ -24,7 +24,7 @@ from lightning_streamprof.analysis.steps import step_breakdown
 import msgspec
 
 from lightning_streamprof.results import DistributedStats, RankWindow, Result, TraceIdentity, merge
-from lightning_streamprof.results.checks import violations
+from lightning_streamprof.results.invariants import violations
 from lightning_streamprof.trace.table import EventTable, TraceFormatError
 
 __all__ = ["TraceContext", "analyze_table", "combine"]
@@ -33,7 +33,7 @@ __all__ = ["TraceContext", "analyze_table", "combine"]
 def analyze_table(table: EventTable, identity: TraceIdentity | None = None) -> Result:
     """Run every analysis on one trace (``identity`` defaults to the table's source alone).
 
-    The result always satisfies :func:`lightning_streamprof.results.checks.violations` (step parts sum to the
+    The result always satisfies :func:`lightning_streamprof.results.invariants.violations` (step parts sum to the
     step, fractions in 0..1, nothing negative, every number fits JSON); a trace whose numbers cannot make such
     a result raises :class:`~lightning_streamprof.trace.TraceFormatError`.
     """

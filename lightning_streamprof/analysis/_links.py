@@ -49,7 +49,7 @@ class _MaxTree:
     ``x``" for many queries at once in O(log n) numpy passes each (no pass per tree level of the nesting)."""
 
     def __init__(self, values: np.ndarray) -> None:
-        self.size = 1 << max(int(values.size - 1).bit_length(), 0)
+        self.size = 1 << max(values.size - 1, 0).bit_length()
         tree = np.full(2 * self.size, np.iinfo(np.int64).min, np.int64)
         tree[self.size : self.size + values.size] = values
         lo = self.size
@@ -87,10 +87,11 @@ class Nesting:
     """Per-thread nesting of intervals ``[starts, ends)``: parents and innermost enclosing interval of points.
 
     In ``order`` (by thread, start, longer first) the intervals form a forest in preorder, as a stack walk builds
-    it: an interval's parent is the last earlier one on its thread that has not ended (``end >= max(end, start +
-    1)`` of the child). Ends never decrease from a child to its parent, so the parent is the last earlier interval
-    on the thread ending that late, and every walk up or down the forest is a query on a segment tree of the ends
-    or a pointer-doubling pass: O(n log n) whatever the depth (100,000 nested operators are one chain)."""
+    it: an interval's parent is the innermost earlier one on its thread still open at the child's end (ending at or
+    after ``max(end, start + 1)``). Ends never decrease from a child to its parent, so the parent is simply the last
+    earlier interval on the thread ending that late, and every walk up or down the forest is a query on a segment
+    tree of the ends or a pointer-doubling pass: O(n log n) whatever the depth (100,000 nested operators are one
+    chain), where a numpy pass per level was quadratic."""
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> None:
         self.starts = np.asarray(starts, np.int64)
@@ -189,7 +190,7 @@ class Nesting:
         ok[ok] = code_int[self.order[pos[ok]]] == code_pts[ok]
         # the innermost interval started by t is the last started on the thread that ends after t
         pos = np.where(ok, pos, -1)
-        found = self._last_open(pos, times + 1, self._first[np.maximum(pos, 0)]) if pos.size else pos
+        found = self._last_open(pos, times + 1, self._first[np.maximum(pos, 0)])
         out[found >= 0] = self.order[found[found >= 0]]
         return out
 

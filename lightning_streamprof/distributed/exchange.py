@@ -3,7 +3,7 @@
 Posting never blocks (``store.set``); only a collecting rank waits, and ``store.wait(keys, timeout)`` bounds
 that wait: a rank that does not answer is left out, and training goes on. Keys read are deleted. No collective
 runs, so nothing enters the NCCL/gloo streams or the traces, and a rank that never reaches the gather cannot
-hang the others. :mod:`.tree` builds the two-level gather on this.
+hang the others. :mod:`.gather` builds the two-level gather on this.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
   :class:`~lightning_streamprof.results.RankWindow` of every window it analysed since the last gather (about
   1 KB each as a :mod:`~lightning_streamprof.distributed.wire` table; windows analyse in a worker and are ready at
   different steps on different ranks, so a window not ready yet goes with a later gather). The gather is
-  hierarchical (:mod:`.tree`): each host's local rank 0 waits at most half the ``timeout`` for its ranks and
+  hierarchical (:mod:`.gather`): each host's local rank 0 waits at most half the ``timeout`` for its ranks and
   posts their rows as one table, rank 0 waits for the hosts' tables until ``timeout``. Once every rank has sent
   a window (or after two more gathers, or at the end: the others are then reported missing), rank 0 scores the
   concatenated table (:func:`~lightning_streamprof.analysis.scoring.score_table`), logs the numbers through the
@@ -30,7 +30,7 @@ from lightning_streamprof.analysis.rank_table import RankTable, concat
 from lightning_streamprof.analysis.scoring import score_table
 from lightning_streamprof.distributed import wire
 from lightning_streamprof.distributed.exchange import StoreExchange
-from lightning_streamprof.distributed.tree import HostLayout, TreeGather
+from lightning_streamprof.distributed.gather import HostLayout, TreeGather
 from lightning_streamprof.results import DistributedStats, RankWindow, Result, rank_ranges, to_json
 
 #: the largest payload a rank sends for one window

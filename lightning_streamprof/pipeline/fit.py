@@ -141,5 +141,5 @@ def _trains_on(trainer: Trainer, ahead: int) -> bool:
     later = 2 + ahead
     if api.batches_started(trainer) + later > trainer.num_training_batches:
         return False
-    max_steps = trainer.fit_loop.max_steps
+    max_steps = trainer.max_steps
     return not (max_steps >= 0 and max_steps - trainer.global_step < later)

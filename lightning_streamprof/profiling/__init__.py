@@ -1,5 +1,8 @@
-"""The profiler: the Lightning-facing :class:`StreamProfiler` (hooks only), its window schedule and overhead
-budget, the Kineto session, the export of traces, the analysis worker, storage and the ``"streamprof"`` name.
+"""The profiler: the Lightning-facing :class:`StreamProfiler` (hooks only, :mod:`.profiler`) over one
+:class:`~.stage.ProfiledStage` per stage: the window schedule and overhead budget (:mod:`.schedule`), the recorder
+(:mod:`.recorder`), the Kineto session (:mod:`.session`), the export of traces and their analysis
+(:mod:`.exporter`, :mod:`.worker`), logging and reporting (:mod:`.loggers`, :mod:`.run_report`), storage and the
+``"streamprof"`` name (:mod:`.registration`).
 
 Names are imported on first use, so :mod:`lightning_streamprof.profiling.schedule` and ``.storage`` do not
 import torch.

@@ -32,7 +32,7 @@ from lightning_streamprof.profiling.problems import Problems
 from lightning_streamprof.profiling.run_dir import make_fresh_dir
 from lightning_streamprof.profiling.storage import ensure_dir, remove_local, write_atomic
 from lightning_streamprof.profiling.worker import AnalysisError, AnalysisWorker
-from lightning_streamprof.report.metrics import headline_metrics
+from lightning_streamprof.profiling.metrics import headline_metrics
 from lightning_streamprof.results import Result, TraceIdentity
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,15 @@
-"""The windows of one stage: which steps are recorded, the ``ProfilerStep#N`` and action ranges, the Kineto
-session of each window and the hand-over of its trace to the exporter, with the overhead budget's timing."""
+"""The windows of one stage, step by step: which steps are recorded, their ranges, each window's Kineto session
+and the hand-over of its trace to the exporter, and the step times the overhead budget charges.
+
+Every step starts with :meth:`WindowRecorder.step_boundary`, which reads the clock once; between windows that is
+all (the step's time joins the budget's baseline of unprofiled steps). A window warms up for ``warmup`` steps
+(CUPTI's start-up is not recorded), then records ``active`` steps, each in a ``ProfilerStep#N`` range (``N`` the
+global batch index) with Lightning's actions in ``[pl][profile]<action>`` ranges; validation, a checkpoint or an
+epoch's end inside a step ends that step (its slowdown is not charged). When the window ends the training thread
+only stops the trace; the exporter's threads save, analyse and write it. From a window's first warm-up step until
+its export is done, every step is charged (:class:`~.schedule.OverheadBudget`). Whether a window begins at the step
+the schedule placed it on is :meth:`WindowRecorder._admit`'s decision, and only its.
+"""
 
 from __future__ import annotations
 
@@ -168,17 +178,7 @@ class WindowRecorder:
             return
         phase = window.phase(step)
         if phase is not Phase.IDLE and self._session is None and step in (window.warmup_start, window.start):
-            # earlier windows are still being written, or the store is gone: skip this one (a full store ends
-            # profiling). Not in a multi-rank run, whose windows are placed alike on every rank: there the window
-            # is recorded and left unwritten
-            if self._agree is None and not self.exporter.accepting:
-                if self.exporter.full:
-                    self.stop()
-                    return
-                self.exporter.skipped()
-                self._place_next(current=step + 1)
-                return
-            if self._agree is None and self._over_budget(step):
+            if not self._admit(step):
                 return
             self.watching = True
             self.budget.begin_window()
@@ -199,6 +199,23 @@ class WindowRecorder:
                 return
             self._step_range = torch.autograd.profiler.record_function(names.step_name(self.offset + step))
             self._step_range.__enter__()
+
+    def _admit(self, step: int) -> bool:
+        """Whether the window placed at ``step`` begins now; if not, it is skipped or placed later. Every condition
+        on a window's start is here. Earlier windows still being written, or a store that is gone, skip it (a full
+        store ends profiling); the overhead budget moves it to a later grid point. Not in a multi-rank run, whose
+        windows are placed alike on every rank: there a window is recorded and left unwritten, and the ranks agree on
+        the budget's moves when the window before ends."""
+        if self._agree is not None:
+            return True
+        if not self.exporter.accepting:
+            if self.exporter.full:
+                self.stop()
+            else:
+                self.exporter.skipped()
+                self._place_next(current=step + 1)
+            return False
+        return not self._over_budget(step)
 
     def _call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, its seconds kept in :attr:`first_window_calls` until the first window has ended."""

@@ -1,5 +1,6 @@
-"""What the profiler leaves at the end of a stage beside the traces: the run's HTML report, StreamPipeline's
-report, and the commands to run next."""
+"""What the profiler shows of a stage's run, rendered by :mod:`lightning_streamprof.report` (the one module of the
+profiler that imports the renderers): each window's markdown for TensorBoard, the summary with the commands to run
+next, and at the end of the stage the run's HTML report and StreamPipeline's report beside the traces."""
 
 from __future__ import annotations
 
@@ -7,91 +8,85 @@ import os
 import shlex
 import shutil
 import sys
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 
-import msgspec
 from fsspec.core import split_protocol
 
 from lightning_streamprof import names
 from lightning_streamprof.profiling.exporter import WindowResult
+from lightning_streamprof.profiling.run_results import run_results, with_other_ranks
 from lightning_streamprof.profiling.storage import join_path, write_atomic
-from lightning_streamprof.report.cost import ProfilingCost
-from lightning_streamprof.results import RunResults, WindowResults
+from lightning_streamprof.report.cost import cost_sentence
+from lightning_streamprof.report.markdown import window_markdown
+from lightning_streamprof.report.summary import moved_note, render_windows
+from lightning_streamprof.results import DistributedStats, ProfilingCost, Result, RunResults
+
+#: windows (and distributed windows) the summary shows: the latest, so that it stays short in a long run
+SUMMARY_WINDOWS = 3
 
 
-def run_results(windows: Sequence[WindowResult], run: str | None) -> RunResults | None:
-    """This process's analysed windows as a run (windows in order, merged with the rules applied); None
-    without an analysed window."""
-    from lightning_streamprof.analysis import combine
+class RunReporter:
+    """Renders one stage's run ``run_name`` (in ``run_dir``) as global rank ``rank`` of ``world_size`` sees it; the
+    HTML report is written once, by rank 0, with the other ranks' traces that it can read within ``timeout``."""
 
-    done = sorted((w for w in windows if w.analysis is not None), key=lambda w: w.window)
-    if not done:
-        return None
-    results = [w.analysis for w in done if w.analysis is not None]
-    merged = msgspec.structs.replace(combine(results, run), runs=[run] if run else [])
-    return RunResults(run=run, merged=merged, windows=[
-        WindowResults(window=w.window, first_step=w.first_step, ranks=[w.analysis]) for w in done if w.analysis])
+    def __init__(self, run_name: str, run_dir: str, rank: int, world_size: int, *, row_limit: int,
+                 timeout: float) -> None:
+        self.run_name, self.run_dir, self.rank, self.world_size = run_name, run_dir, rank, world_size
+        self.row_limit, self.timeout = row_limit, timeout
+        self.report_path: str | None = None
+        self.run: RunResults | None = None  # the report's run, for the summary's recommendations
+        self._written = False
 
+    def window_text(self, analysis: Result, window: WindowResult, planned: int | None,
+                    cost: ProfilingCost | None) -> str:
+        """A window's ``analysis`` as markdown (``planned``: its first step before the overhead budget moved it)."""
+        return window_markdown(analysis, window.window, window.first_step, window.last_step,
+                               moved=moved_note(window.window, window.first_step, planned), path=window.path,
+                               cost=cost_sentence(cost) if cost is not None else None)
 
-def with_other_ranks(run: RunResults, windows: Sequence[WindowResult], world_size: int,
-                     seconds: float) -> tuple[RunResults, list[str]]:
-    """``run`` (this rank's windows) with the other ranks' traces of the same windows, read from beside this
-    rank's (a shared directory or store) for at most ``seconds``; a note names the traces it could not add."""
-    from lightning_streamprof.analysis import combine
-    from lightning_streamprof.api import analyze_file
+    def write(self, windows: Sequence[WindowResult], written: int, moves: Mapping[int, int], *,
+              cost: ProfilingCost | None, notes: Sequence[str], pipeline_text: str, outside: Sequence[str]) -> None:
+        """On rank 0, once: ``report.html`` of the analysed ``windows`` (of ``written`` in all), with ``notes`` after
+        the budget's moves, and StreamPipeline's report (``pipeline_text``) beside it."""
+        if not self.due:
+            return
+        run = run_results(windows, self.run_name)
+        if run is None:
+            return
+        self._written = True
+        notes = [*moved_notes(moves, windows), *notes]
+        if len(run.windows) < written:
+            notes.append(f"This report holds the last {len(run.windows)} analysed of the {written} windows "
+                         f"written; `streamprof report {self.run_dir}` reads them all.")
+        if self.world_size > 1:  # the other ranks' traces of the same windows, where this rank can read them
+            run, found = with_other_ranks(run, windows, self.world_size, self.timeout)
+            notes += found
+        self.report_path = write_run_files(self.run_dir, run, pipeline_text=pipeline_text or None, notes=notes,
+                                           cost=cost, outside=outside)
+        self.run = run
 
-    deadline = time.monotonic() + seconds
-    own = {w.window: w.path for w in windows}
-    missing: dict[int, list[int]] = {}
-    unread: list[str] = []
-    out = []
-    for w in run.windows:
-        ranks = {r.traces[0].rank: r for r in w.ranks}
-        path = own.get(w.window)
-        if path is not None and time.monotonic() < deadline:
-            others: list[str] = []
-            try:
-                others = _beside(path)
-            except Exception as err:  # noqa: BLE001 - the report then holds this rank's traces
-                unread.append(f"{path}: {err}")
-            for other in others:
-                if time.monotonic() >= deadline:
-                    break
-                try:
-                    result = analyze_file(other)
-                except Exception as err:  # noqa: BLE001 - one unreadable trace leaves the others in
-                    unread.append(f"{other}: {err}")
-                    continue
-                ident = result.traces[0]
-                if ident.run == run.run and ident.window == w.window and ident.rank not in ranks:
-                    ranks[ident.rank] = result
-        missing_here = [r for r in range(world_size) if r not in ranks]
-        if missing_here:
-            missing[w.window] = missing_here
-        out.append(msgspec.structs.replace(w, ranks=[ranks[r] for r in sorted(ranks, key=lambda r: r or 0)]))
-    every = [r for w in out for r in w.ranks]
-    merged = msgspec.structs.replace(combine(every, run.run), runs=[run.run] if run.run else [])
-    notes = []
-    if missing:
-        listed = "; ".join(f"window {w}: rank(s) {', '.join(map(str, r))}" for w, r in sorted(missing.items()))
-        notes.append(f"Traces not found beside this rank's within {seconds:.0f} s (another host's disk, or not yet"
-                     f" written): {listed}. `streamprof report <run directory>` on storage every rank writes to"
-                     " reads them all, and `streamprof report DIR_HOST1 DIR_HOST2 ...` merges each host's.")
-    notes += [f"Could not read {u}" for u in unread[:3]]
-    return msgspec.structs.replace(run, windows=out, merged=merged), notes
+    @property
+    def due(self) -> bool:
+        """The report is this rank's to write and not written yet."""
+        return self.rank == 0 and not self._written
 
+    def summary(self, windows: Sequence[WindowResult], written: int, moves: Mapping[int, int], *,
+                cost: ProfilingCost | None, problems: Sequence[str], outside: Sequence[str],
+                distributed: Sequence[DistributedStats], reports: Sequence[str], log_dirs: Sequence[str]) -> str:
+        """The last windows' results, what went wrong (``problems``), what the fit spent ``outside`` its training
+        steps, the last distributed windows, the callbacks' ``reports`` and the commands to run next."""
+        problems = [f"StreamProfiler: {line}" for line in problems]
+        if not windows:
+            return "\n".join(["StreamProfiler: no window was recorded.", *problems, *outside, *reports])
+        footer = [*problems, *outside]
+        if distributed:
+            from lightning_streamprof.report.text import render_distributed
 
-def _beside(path: str) -> list[str]:
-    """The other traces in the directory of the trace at ``path`` (a local path or fsspec URL)."""
-    from lightning_streamprof.api import find_traces
-
-    def name(p: str) -> str:
-        return p.replace("\\", "/").rsplit("/", 1)[-1]
-
-    directory = path.rsplit("/", 1)[0] if "/" in path else os.path.dirname(path)
-    return [p for p in find_traces(directory)[0] if name(p) != name(path)]
+            footer += [render_distributed(d, top=self.row_limit) for d in distributed[-SUMMARY_WINDOWS:]]
+        footer += [*reports, *next_commands(self.run_dir, self.report_path, log_dirs)]
+        return render_windows(windows, rank=self.rank, cost=cost, row_limit=self.row_limit, total=written,
+                              shown=SUMMARY_WINDOWS, run=self.run, moves=moves, footer=footer)
 
 
 def _write(path: str, text: str) -> None:
@@ -182,7 +177,5 @@ def command(name: str) -> str:
 
 def moved_notes(moves: Mapping[int, int], windows: Sequence[WindowResult]) -> list[str]:
     """One line per window that the overhead budget moved."""
-    from lightning_streamprof.report.summary import moved_note
-
     notes = (moved_note(w.window, w.first_step, moves.get(w.window)) for w in sorted(windows, key=lambda w: w.window))
     return [n for n in notes if n]

@@ -9,7 +9,21 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from lightning_streamprof.profiling.arguments import check_int
+from lightning_streamprof.profiling.argument_checks import check_int
+
+#: the schedule's defaults (StreamProfiler's too)
+SKIP_FIRST = 20
+WARMUP = 2
+ACTIVE = 3
+#: the smallest value of each schedule argument
+MINIMUMS = {"skip_first": 0, "warmup": 0, "active": 1, "every": 0, "repeat": 0}
+#: steps after a window that are charged to it at least (its export's first steps): also the least gap between
+#: windows in the grid that the budget places (``StreamProfiler(every=None)``)
+TAIL_STEPS = 2
+#: a step's excess is charged at most this many times the median excess of its window's steps
+CAP_FACTOR = 3.0
+#: the share of ``max_overhead`` that the budget plans windows for (the rest is a margin)
+PLAN_SHARE = 0.75
 
 
 class Phase(enum.Enum):
@@ -44,15 +58,15 @@ class WindowSchedule:
     window; ``repeat > 0`` stops after that many windows.
     """
 
-    skip_first: int = 20
-    warmup: int = 2
-    active: int = 3
+    skip_first: int = SKIP_FIRST
+    warmup: int = WARMUP
+    active: int = ACTIVE
     every: int = 0
     repeat: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("skip_first", "warmup", "active", "every", "repeat"):
-            check_int("WindowSchedule", name, getattr(self, name), 1 if name == "active" else 0)
+        for name, minimum in MINIMUMS.items():
+            check_int("WindowSchedule", name, getattr(self, name), minimum)
         if self.every and self.every < self.warmup + self.active:
             raise ValueError(
                 f"WindowSchedule: `every` ({self.every}) must be 0 (one window) or at least"
@@ -134,12 +148,12 @@ class OverheadBudget:
     :meth:`defer_steps` says how many steps the next window must wait so that the cost of all windows, the next one
     included, stays within ``plan_share`` of ``max_overhead`` of the training time: the next window is expected to
     cost what earlier windows cost on average, and a period still open counts with its cost so far plus the rest of
-    an average export. The margin (a quarter of the budget by default) is for what a window's cost varies by, so that
+    an average export. The margin (the rest of the budget) is for what a window's cost varies by, so that
     the cost that a whole run measures stays under ``max_overhead`` rather than on it.
     """
 
-    def __init__(self, max_overhead: float | None, baseline_steps: int = 64, cap_factor: float = 3.0,
-                 min_tail_steps: int = 2, plan_share: float = 0.75) -> None:
+    def __init__(self, max_overhead: float | None, baseline_steps: int = 64, cap_factor: float = CAP_FACTOR,
+                 min_tail_steps: int = TAIL_STEPS, plan_share: float = PLAN_SHARE) -> None:
         self.max_overhead = max_overhead
         self.plan_share = plan_share
         self.cap_factor = cap_factor

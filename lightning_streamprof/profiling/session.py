@@ -4,6 +4,12 @@ stopped on the training thread and saved to a local file by Kineto's own writer 
 Kineto is one per process: a session claims it for the whole window (from its preparation until its trace is
 saved), and is refused (:class:`SessionBusy`) while another StreamProfiler's session holds it or while a
 ``torch.profiler`` session of the program's own is active, which is then left untouched.
+
+A session that records the device has Kineto detach CUPTI at its end (``TEARDOWN_CUPTI=1`` from CUDA 12.6,
+:func:`release_cupti_after_windows`), so that the steps between windows run as fast as without a profiler; where
+CUPTI must stay attached, :func:`cupti_teardown_note` says why. The recording options slow every recorded operator
+and enlarge the trace: ``record_shapes`` copies input shapes and holds tensor references, ``profile_memory``
+records every allocation and free, ``with_stack`` unwinds the Python stack at each operator (the costliest).
 """
 
 from __future__ import annotations

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
 
+from lightning_streamprof.escape import for_html
 from lightning_streamprof.report import svg
 from lightning_streamprof.report.html import gpu_overview
 from lightning_streamprof.report.page import cards, note, page, table
 from lightning_streamprof.report.tables import console
+from lightning_streamprof.report.units import mib, ms
 from lightning_streamprof.results import CATEGORIES, Result, Steps
 
 
@@ -50,13 +51,13 @@ class Comparison:
 
 def _per_step_kernels(result: Result) -> dict[str, float]:
     n = max(result.steps.count, 1)
-    return {k.name: k.total_ns / n / 1e6 for k in result.kernels}
+    return {k.name: ms(k.total_ns) / n for k in result.kernels}
 
 
 def _peaks(result: Result) -> dict[str, float]:
     out: dict[str, float] = {}
     for d in result.memory.devices:
-        out[d.device] = max(out.get(d.device, 0.0), d.peak_allocated_bytes / 2**20)
+        out[d.device] = max(out.get(d.device, 0.0), mib(d.peak_allocated_bytes))
     return out
 
 
@@ -163,11 +164,11 @@ def render_compare_html(c: Comparison) -> str:
         ("A: step time", f"{_fmt(step.a, 2)} ms", f"{c.a.steps.count} steps"),
         ("B: step time", f"{_fmt(step.b, 2)} ms", f"{c.b.steps.count} steps"),
         ("Change", _change(step) or "n/a", f"{_fmt(step.delta, 3)} ms per step" if step.delta is not None else ""),
-    ]) + f'<p class="note">A: {escape(c.a_label)}<br>B: {escape(c.b_label)}</p>'
+    ]) + f'<p class="note">A: {for_html(c.a_label)}<br>B: {for_html(c.b_label)}</p>'
     bars = svg.legend(CATEGORIES) + svg.stacked_bars([("A", c.a.steps.breakdown_ms), ("B", c.b.steps.breakdown_ms)],
                                                      CATEGORIES)
     sections = [("overview", "Overview", overview), ("breakdown", "Step breakdown", bars)]
     for title, unit, rows in groups(c):
         anchor = title.lower().replace(" ", "-")
         sections.append((anchor, title, note(f"In {unit}.") + _html_rows(rows)))
-    return page("streamprof compare", escape(f"A: {c.a_label} · B: {c.b_label}"), sections)
+    return page("streamprof compare", for_html(f"A: {c.a_label} · B: {c.b_label}"), sections)

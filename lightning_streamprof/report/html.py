@@ -11,30 +11,19 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from html import escape
 from urllib.parse import quote
 
+from lightning_streamprof.escape import for_html
 from lightning_streamprof.report import distributed, svg
-from lightning_streamprof.report.cost import ProfilingCost
+from lightning_streamprof.report.cost import cost_sentence
 from lightning_streamprof.report.findings import findings
 from lightning_streamprof.report.page import cards, note, page, table
-from lightning_streamprof.results import CATEGORIES, Result, RunResults, Steps, WindowResults
+from lightning_streamprof.report.units import mib, ms, pct_text
+from lightning_streamprof.results import CATEGORIES, ProfilingCost, Result, RunResults, Steps, WindowResults
 
 TOP = 50
 _CHARTS = 12
 _SM_COLOR = "#59a14f"
-
-
-def _ms(ns: float) -> float:
-    return float(ns) / 1e6
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
-
-def _mib(b: float) -> float:
-    return float(b) / 2**20
 
 
 def gpu_overview(result: Result) -> tuple[float | None, float | None, float | None]:
@@ -70,19 +59,19 @@ def _overview(result: Result, notes: Sequence[str], cost: ProfilingCost | None =
     no_gpu = "no GPU kernels in the traces" if not result.gpu else ""
     items = [
         ("Step time", f"{steps.mean_ms:.2f} ms" if steps.count else "n/a", f"mean of {steps.count} steps"),
-        ("GPU utilization", _pct(util), no_gpu or "kernel busy time / step span"),
-        ("Est. SM efficiency", _pct(sm), no_gpu or "SMs with work, time-weighted"),
-        ("Est. achieved occupancy", _pct(occ), no_gpu or "kernel-time-weighted"),
-        ("Peak memory", f"{_mib(peak):,.1f} MiB" if peak is not None else "n/a",
+        ("GPU utilization", pct_text(util), no_gpu or "kernel busy time / step span"),
+        ("Est. SM efficiency", pct_text(sm), no_gpu or "SMs with work, time-weighted"),
+        ("Est. achieved occupancy", pct_text(occ), no_gpu or "kernel-time-weighted"),
+        ("Peak memory", f"{mib(peak):,.1f} MiB" if peak is not None else "n/a",
          (f"{device}" + (f", {100 * peak / total:.1f}% of {total / 2**30:.1f} GiB" if total and peak else ""))
          if peak is not None else "record with profile_memory=True"),
     ]
     if cost is not None:
         items.append(("Profiling cost", f"{100 * cost.fraction:.1f}%",
                       f"of the training time: {cost.seconds:.2f} s of {cost.training_seconds:.2f} s"))
-    extra = f'<p class="note">{escape(cost.sentence())}</p>' if cost is not None else ""
-    extra += "".join(f'<p class="note">{escape(n)}</p>' for n in outside)
-    extra += "".join(f'<p class="note warn">{escape(n)}</p>' for n in notes)
+    extra = f'<p class="note">{for_html(cost_sentence(cost))}</p>' if cost is not None else ""
+    extra += "".join(f'<p class="note">{for_html(n)}</p>' for n in outside)
+    extra += "".join(f'<p class="note warn">{for_html(n)}</p>' for n in notes)
     return cards(items) + extra
 
 
@@ -105,12 +94,13 @@ def _breakdown(run: RunResults) -> str:
                   "so the parts add up to the step."),
              svg.legend(CATEGORIES), svg.stacked_bars(rows, CATEGORIES)]
     per_step = [(f"step {s.step}" + (f" rank {s.rank}" if s.rank is not None and len(run.merged.traces) > 1 else ""),
-                 {c: _ms(v) for c, v in s.breakdown_ns.items()}) for s in merged.per_step[:120]]
+                 {c: ms(v) for c, v in s.breakdown_ns.items()}) for s in merged.per_step[:120]]
     if len(per_step) > 1:
         parts.append(f"<details><summary>Each step ({len(merged.per_step)})</summary>"
                      f"{svg.stacked_bars(per_step, CATEGORIES, bar=14)}</details>")
     columns = [("category", lambda c: c), ("mean per step (ms)", lambda c: merged.breakdown_ms[c]),
-               ("share of step", lambda c: _pct(merged.breakdown_ms[c] / merged.mean_ms) if merged.mean_ms else None)]
+               ("share of step",
+                lambda c: pct_text(merged.breakdown_ms[c] / merged.mean_ms) if merged.mean_ms else None)]
     return "".join(parts) + table(columns, list(CATEGORIES))
 
 
@@ -121,8 +111,8 @@ def _gpu_timelines(result: Result) -> str:
         if line is None or not line.starts_ns:
             continue
         t0 = line.starts_ns[0]
-        xs = [(s - t0) / 1e6 for s in line.starts_ns]
-        end = (line.end_ns - t0) / 1e6
+        xs = [ms(s - t0) for s in line.starts_ns]
+        end = ms(line.end_ns - t0)
         series = [svg.Series("GPU utilization %", svg.step_points(xs, end, [100 * u for u in line.utilization]),
                              svg.color("kernel"))]
         if any(line.sm_efficiency):
@@ -131,8 +121,8 @@ def _gpu_timelines(result: Result) -> str:
         where = " ".join(x for x in (f"window {g.window}" if g.window is not None else "",
                                      f"rank {g.rank}" if g.rank is not None else "", f"cuda:{g.device}") if x)
         chart = svg.line_chart(series, "ms since the window started", "%", y_max=100)
-        figures.append(f"<figure>{chart}<figcaption>{escape(where)}: utilization {_pct(g.utilization)}, "
-                       f"SM efficiency {_pct(g.sm_efficiency)}{escape(' — ' + g.name if g.name else '')}"
+        figures.append(f"<figure>{chart}<figcaption>{for_html(where)}: utilization {pct_text(g.utilization)}, "
+                       f"SM efficiency {pct_text(g.sm_efficiency)}{for_html(' — ' + g.name if g.name else '')}"
                        "</figcaption></figure>")
     if not figures:
         return note("No GPU kernels in the traces (a CPU-only run): nothing to show here.") if not result.gpu else ""
@@ -145,40 +135,40 @@ def _gpu_timelines(result: Result) -> str:
 def _kernels(result: Result) -> str:
     n = max(result.steps.count, 1)
     columns = [
-        ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total (ms)", lambda k: _ms(k.total_ns)),
-        ("per step (ms)", lambda k: _ms(k.total_ns) / n), ("mean (ms)", lambda k: _ms(k.mean_ns)),
-        ("max (ms)", lambda k: _ms(k.max_ns)), ("blocks per SM", lambda k: k.blocks_per_sm),
-        ("occupancy", lambda k: _pct(k.occupancy) if k.occupancy is not None else None),
+        ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total (ms)", lambda k: ms(k.total_ns)),
+        ("per step (ms)", lambda k: ms(k.total_ns) / n), ("mean (ms)", lambda k: ms(k.mean_ns)),
+        ("max (ms)", lambda k: ms(k.max_ns)), ("blocks per SM", lambda k: k.blocks_per_sm),
+        ("occupancy", lambda k: pct_text(k.occupancy) if k.occupancy is not None else None),
         ("Tensor Cores", lambda k: "yes" if k.tensor_cores else None),
     ]
     tc = result.tensor_cores
-    head = note(f"{len(result.kernels)} kernels; Tensor Core kernels {_pct(tc.tc_share)} of kernel time.")
+    head = note(f"{len(result.kernels)} kernels; Tensor Core kernels {pct_text(tc.tc_share)} of kernel time.")
     return head + table(columns, result.kernels, TOP) if result.kernels else ""
 
 
 def source_link(file: str, line: int) -> str:
     """The location as HTML: a ``vscode://file/`` link when the file exists here, else plain text."""
-    text = escape(f"{file}:{line}")
+    text = for_html(f"{file}:{line}")
     if os.path.isfile(file):
         href = "vscode://file/" + quote(os.path.abspath(file).lstrip("/"), safe="/:") + f":{line}"
-        return f'<a href="{escape(href, quote=True)}">{text}</a>'
+        return f'<a href="{for_html(href)}">{text}</a>'
     return text
 
 
 def _operators(result: Result) -> str:
     columns = [
         ("operator", lambda o: o.name), ("input shapes", lambda o: o.input_shapes), ("calls", lambda o: o.calls),
-        ("host self (ms)", lambda o: _ms(o.host_self_ns)), ("host total (ms)", lambda o: _ms(o.host_total_ns)),
-        ("device self (ms)", lambda o: _ms(o.device_self_ns) if o.device_total_ns else None),
-        ("device total (ms)", lambda o: _ms(o.device_total_ns) if o.device_total_ns else None),
+        ("host self (ms)", lambda o: ms(o.host_self_ns)), ("host total (ms)", lambda o: ms(o.host_total_ns)),
+        ("device self (ms)", lambda o: ms(o.device_self_ns) if o.device_total_ns else None),
+        ("device total (ms)", lambda o: ms(o.device_total_ns) if o.device_total_ns else None),
     ]
     out = table(columns, result.operators, TOP, name_cols=2)
     if result.source_lines:
         lines = [
             ("line", lambda s: (source_link(s.file, s.line), s.location)), ("function", lambda s: s.function),
-            ("host self (ms)", lambda s: _ms(s.host_self_ns)),
-            ("device self (ms)", lambda s: _ms(s.device_self_ns) if s.device_self_ns else None),
-            ("share of self time", lambda s: (_pct(s.share), s.share)),
+            ("host self (ms)", lambda s: ms(s.host_self_ns)),
+            ("device self (ms)", lambda s: ms(s.device_self_ns) if s.device_self_ns else None),
+            ("share of self time", lambda s: (pct_text(s.share), s.share)),
         ]
         out += "<h3>Hot source lines</h3>" + table(lines, result.source_lines, TOP, name_cols=2)
     elif result.operators:
@@ -196,22 +186,22 @@ def _memory(result: Result) -> str:
         if len(d.curve) < 2:
             continue
         t0 = d.curve[0][0]
-        alloc = [((ts - t0) / 1e6, _mib(a)) for ts, a, _ in d.curve]
+        alloc = [(ms(ts - t0), mib(a)) for ts, a, _ in d.curve]
         series = [svg.Series("allocated MiB", alloc, svg.color("kernel"))]
         if any(r for _, _, r in d.curve):
-            series.append(svg.Series("reserved MiB", [((ts - t0) / 1e6, _mib(r)) for ts, _, r in d.curve],
+            series.append(svg.Series("reserved MiB", [(ms(ts - t0), mib(r)) for ts, _, r in d.curve],
                                      svg.color("memcpy"), dashed=True))
         where = " ".join(x for x in (f"window {d.window}" if d.window is not None else "",
                                      f"rank {d.rank}" if d.rank is not None else "", d.device) if x)
         figures.append(f"<figure>{svg.line_chart(series, 'ms since the first memory event', 'MiB')}"
-                       f"<figcaption>{escape(where)}: peak allocated {_mib(d.peak_allocated_bytes):,.1f} MiB"
+                       f"<figcaption>{for_html(where)}: peak allocated {mib(d.peak_allocated_bytes):,.1f} MiB"
                        "</figcaption></figure>")
     columns = [
         ("operator", lambda m: m.name), ("device", lambda m: m.device), ("calls", lambda m: m.calls),
-        ("allocated (MiB)", lambda m: _mib(m.allocation_bytes)), ("allocations", lambda m: m.allocations),
-        ("size increase (MiB)", lambda m: _mib(m.increase_bytes)),
-        ("self allocated (MiB)", lambda m: _mib(m.self_allocation_bytes)),
-        ("self increase (MiB)", lambda m: _mib(m.self_increase_bytes)),
+        ("allocated (MiB)", lambda m: mib(m.allocation_bytes)), ("allocations", lambda m: m.allocations),
+        ("size increase (MiB)", lambda m: mib(m.increase_bytes)),
+        ("self allocated (MiB)", lambda m: mib(m.self_allocation_bytes)),
+        ("self increase (MiB)", lambda m: mib(m.self_increase_bytes)),
     ]
     keys = ["allocated MiB", "reserved MiB"]
     colors = dict(zip(keys, (svg.color("kernel"), svg.color("memcpy"))))
@@ -225,8 +215,8 @@ def _recommendations(result: Result, windows: Sequence[WindowResults]) -> str:
         return note("Nothing to recommend: no rule found a problem in these traces.")
     out = []
     for f in found:
-        items = "".join(f"<li>{escape(label)}: {escape(line)}</li>" for label, line in f.per_trace)
-        out.append(f'<div class="rec"><div class="id">{escape(f.id)}</div><div>{escape(f.message)}</div>'
+        items = "".join(f"<li>{for_html(label)}: {for_html(line)}</li>" for label, line in f.per_trace)
+        out.append(f'<div class="rec"><div class="id">{for_html(f.id)}</div><div>{for_html(f.message)}</div>'
                    + (f"<ul>{items}</ul>" if items else "") + "</div>")
     return "".join(out)
 
@@ -235,15 +225,15 @@ def _pipeline(result: Result, pipeline_text: str | None) -> str:
     work = result.pipeline
     parts = []
     if pipeline_text:
-        parts.append(f"<pre>{escape(pipeline_text)}</pre>")
+        parts.append(f"<pre>{for_html(pipeline_text)}</pre>")
     if work.steps:
         n = work.steps
         parts.append(cards([
             ("StreamPipeline in the traces", "staging" if work.pipelined else "not used",
              "its ranges are in the steps" if work.pipelined else "add StreamPipeline() to the callbacks"),
-            ("on_after_batch_transfer", f"{_ms(work.hook_ns) / n:.3f} ms",
+            ("on_after_batch_transfer", f"{ms(work.hook_ns) / n:.3f} ms",
              "per step: " + ", ".join(work.hook_names[:3])),
-            ("frozen modules' forward", f"{_ms(work.frozen_ns) / n:.3f} ms",
+            ("frozen modules' forward", f"{ms(work.frozen_ns) / n:.3f} ms",
              "per step: " + (", ".join(work.frozen_names[:3]) or "no frozen module's forward in the steps")),
         ]))
     return "".join(parts)
@@ -289,7 +279,7 @@ def render_report(runs: Sequence[RunResults], source: str = "", *, pipeline: Map
         sections += body
     names = ", ".join(r.run or "?" for r in runs)
     traces = sum(len(r.merged.traces) for r in runs)
-    subtitle = escape(f"{source} · run {names} · {traces} trace{'s' if traces != 1 else ''} · "
+    subtitle = for_html(f"{source} · run {names} · {traces} trace{'s' if traces != 1 else ''} · "
                       f"made {time.strftime('%Y-%m-%d %H:%M')}")
     return page(f"streamprof report: {names}", subtitle, sections)
 

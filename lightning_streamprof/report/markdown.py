@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from lightning_streamprof.escape import for_terminal
-from lightning_streamprof.report.tables import ms, pct
+from lightning_streamprof.report.units import ms_text, pct_text
 from lightning_streamprof.results import Result
 
 _TOP = 5
@@ -52,20 +52,20 @@ def window_markdown(result: Result, window: int, first_step: int, last_step: int
     if result.gpu:
         lines += ["", "| device | GPU utilization | Est. SM efficiency | Est. achieved occupancy |",
                   "|---|--:|--:|--:|"]
-        lines += [f"| cuda:{g.device} | {pct(g.utilization)} | {pct(g.sm_efficiency)} | {pct(g.achieved_occupancy)} |"
-                  for g in result.gpu]
+        lines += [f"| cuda:{g.device} | {pct_text(g.utilization)} | {pct_text(g.sm_efficiency)} |"
+                  f" {pct_text(g.achieved_occupancy)} |" for g in result.gpu]
     steps = result.steps
     if steps.count:
         lines += ["", f"Mean step **{steps.mean_ms:.2f} ms** over {steps.count} steps:", "",
                   "| category | ms per step | share |", "|---|--:|--:|"]
-        lines += [f"| {_escape(c)} | {v:.3f} | {pct(v / steps.mean_ms) if steps.mean_ms else ''} |"
+        lines += [f"| {_escape(c)} | {v:.3f} | {pct_text(v / steps.mean_ms) if steps.mean_ms else ''} |"
                   for c, v in steps.breakdown_ms.items() if v >= 0.0005]
     if result.kernels:
         lines += ["", "| top kernels | calls | total (ms) |", "|---|--:|--:|"]
-        lines += [f"| {_code(_short(k.name))} | {k.calls} | {ms(k.total_ns)} |" for k in result.kernels[:_TOP]]
+        lines += [f"| {_code(_short(k.name))} | {k.calls} | {ms_text(k.total_ns)} |" for k in result.kernels[:_TOP]]
     if result.operators:
         lines += ["", "| top operators | calls | host self (ms) | device self (ms) |", "|---|--:|--:|--:|"]
-        lines += [f"| {_code(_short(o.name))} | {o.calls} | {ms(o.host_self_ns)} | {ms(o.device_self_ns)} |"
+        lines += [f"| {_code(_short(o.name))} | {o.calls} | {ms_text(o.host_self_ns)} | {ms_text(o.device_self_ns)} |"
                   for o in result.operators[:_TOP]]
     if result.recommendations:
         lines += ["", "**Recommendations**", ""]

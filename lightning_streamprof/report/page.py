@@ -6,8 +6,9 @@ Nothing is loaded from elsewhere: no external script, style sheet, font or image
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from html import escape
 from typing import Any
+
+from lightning_streamprof.escape import for_html
 
 CSS = """
 :root{--fg:#1d2230;--muted:#5b6275;--line:#d9dde6;--bg:#f6f7fa;--card:#fff;--accent:#4e79a7;--warn:#b54708}
@@ -84,13 +85,13 @@ Cell = tuple[str, Callable[[Any], Any]]
 def page(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]]) -> str:
     """A whole document: ``sections`` are ``(anchor id, heading, inner HTML)``; empty ones are left out."""
     shown = [(a, h, body) for a, h, body in sections if body]
-    nav = "".join(f'<a href="#{escape(a)}">{escape(h)}</a>' for a, h, _ in shown)
-    body = "".join(f'<section id="{escape(a)}"><h2>{escape(h)}</h2>{inner}</section>' for a, h, inner in shown)
+    nav = "".join(f'<a href="#{for_html(a)}">{for_html(h)}</a>' for a, h, _ in shown)
+    body = "".join(f'<section id="{for_html(a)}"><h2>{for_html(h)}</h2>{inner}</section>' for a, h, inner in shown)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{escape(title)}</h1><div class=\"sub\">{subtitle}</div></header>"
+        f"<title>{for_html(title)}</title><style>{CSS}</style></head><body>"
+        f"<header><h1>{for_html(title)}</h1><div class=\"sub\">{subtitle}</div></header>"
         f"<nav>{nav}</nav><main>{body}</main><script>{SCRIPT}</script></body></html>\n"
     )
 
@@ -98,8 +99,8 @@ def page(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]]) ->
 def cards(items: Sequence[tuple[str, str, str]]) -> str:
     """Overview cards ``(label, value, note)``."""
     return '<div class="cards">' + "".join(
-        f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
-        f'<div class="n">{escape(n)}</div></div>' for k, v, n in items) + "</div>"
+        f'<div class="card"><div class="k">{for_html(k)}</div><div class="v">{for_html(v)}</div>'
+        f'<div class="n">{for_html(n)}</div></div>' for k, v, n in items) + "</div>"
 
 
 def table(columns: Sequence[Cell], rows: Sequence[Any], limit: int | None = None, name_cols: int = 1) -> str:
@@ -111,7 +112,7 @@ def table(columns: Sequence[Cell], rows: Sequence[Any], limit: int | None = None
         return ""
     values = [[get(r) for _, get in columns] for r in shown]
     keep = [i for i in range(len(columns)) if any(v[i] not in (None, "") for v in values)]
-    head = "".join(f"<th>{escape(columns[i][0])}</th>" for i in keep)
+    head = "".join(f"<th>{for_html(columns[i][0])}</th>" for i in keep)
     body = []
     for v in values:
         cells = []
@@ -127,15 +128,15 @@ def table(columns: Sequence[Cell], rows: Sequence[Any], limit: int | None = None
 def _cell(value: Any, cls: str) -> str:
     if isinstance(value, tuple):
         html, sort = value
-        return f'<td{cls} data-v="{escape(str(sort))}">{html}</td>'
+        return f'<td{cls} data-v="{for_html(str(sort))}">{html}</td>'
     if value is None:
         return f"<td{cls}></td>"
     if isinstance(value, float):
         return f'<td{cls} data-v="{value!r}">{value:.3f}</td>'
     if isinstance(value, int) and not isinstance(value, bool):
         return f'<td{cls} data-v="{value}">{value}</td>'
-    return f"<td{cls}>{escape(str(value))}</td>"
+    return f"<td{cls}>{for_html(str(value))}</td>"
 
 
 def note(text: str) -> str:
-    return f'<p class="note">{escape(text)}</p>'
+    return f'<p class="note">{for_html(text)}</p>'

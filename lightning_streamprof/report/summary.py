@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from lightning_streamprof.escape import for_terminal
-from lightning_streamprof.report.cost import ProfilingCost
+from lightning_streamprof.report.cost import cost_headline, cost_sentence
 from lightning_streamprof.report.findings import findings
 from lightning_streamprof.report.tables import OPERATOR_COLUMNS, console, finding_lines, headline_lines, plain, table
-from lightning_streamprof.results import Result, RunResults
+from lightning_streamprof.results import ProfilingCost, Result, RunResults
 
 
 class Window(Protocol):
@@ -37,13 +37,14 @@ def render_windows(
 ) -> str:
     """One short block for each of the last ``shown`` windows (steps, trace path on its own line, GPU metrics,
     step breakdown in ms, top operators), then the recommendations once per kind with each window's evidence
-    (from ``run``), then what profiling cost (``cost``) and ``footer`` lines. ``total`` windows were written in all (the rest are counted, so the
-    text stays short). Plain text, no colour codes, paths never wrapped, trace text escaped."""
+    (from ``run``), then what profiling cost (``cost``) and ``footer`` lines. ``total`` windows were written in all
+    (the rest are counted, so the text stays short). Plain text, no colour codes, paths never wrapped, trace text
+    escaped."""
     out, buf = console(120)
     total = len(windows) if total is None else total
     head = f"StreamProfiler: {total} window(s) on rank {rank}"
     if cost is not None:
-        head += f", {cost.headline()}"
+        head += f", {cost_headline(cost)}"
     plain(out, head)
     latest = sorted(windows, key=lambda r: r.window)[-shown:]
     if total > len(latest) and latest:
@@ -74,7 +75,7 @@ def render_windows(
             for line in lines:
                 plain(out, line)
     if cost is not None:
-        plain(out, cost.sentence())
+        plain(out, cost_sentence(cost))
     for line in footer:
         plain(out, line)
     return buf.getvalue().rstrip()

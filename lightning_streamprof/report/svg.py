@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from html import escape
+
+from lightning_streamprof.escape import for_html
 
 #: one colour per step-breakdown category (and for the distributed view's parts)
 COLORS = {
@@ -48,7 +49,7 @@ def legend(keys: Sequence[str], labels: Mapping[str, str] | None = None,
     """An HTML legend of coloured swatches (``colors`` overrides a key's colour)."""
     items = "".join(
         f'<span class="key"><i style="background:{(colors or {}).get(k) or color(k, i)}"></i>'
-        f'{escape((labels or {}).get(k, k))}</span>' for i, k in enumerate(keys))
+        f'{for_html((labels or {}).get(k, k))}</span>' for i, k in enumerate(keys))
     return f'<div class="legend">{items}</div>'
 
 
@@ -57,7 +58,7 @@ def _svg_legend(keys: Sequence[str], x0: float, y: float) -> tuple[str, float]:
     out, x = [], x0
     for i, key in enumerate(keys):
         out.append(f'<rect x="{x:.0f}" y="{y}" width="11" height="11" fill="{color(key, i)}"/>'
-                   f'<text x="{x + 15:.0f}" y="{y + 10}" class="tick">{escape(key)}</text>')
+                   f'<text x="{x + 15:.0f}" y="{y + 10}" class="tick">{for_html(key)}</text>')
         x += 22 + 7 * len(key)
     return "".join(out), 20.0
 
@@ -85,7 +86,7 @@ def stacked_bars(rows: Sequence[tuple[str, Mapping[str, float]]], keys: Sequence
     for i, (label, values) in enumerate(rows):
         y = i * (bar + gap) + 4
         out.append(f'<text x="{label_w - 8}" y="{y + bar * 0.7:.1f}" class="label" text-anchor="end">'
-                   f'{escape(label)}</text>')
+                   f'{for_html(label)}</text>')
         x = float(label_w)
         total = 0.0
         for j, key in enumerate(keys):
@@ -95,9 +96,9 @@ def stacked_bars(rows: Sequence[tuple[str, Mapping[str, float]]], keys: Sequence
             if w <= 0:
                 continue
             out.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar}" fill="{color(key, j)}">'
-                       f'<title>{escape(label)}: {escape(key)} {value:.3f} {escape(unit)}</title></rect>')
+                       f'<title>{for_html(label)}: {for_html(key)} {value:.3f} {for_html(unit)}</title></rect>')
             x += w
-        out.append(f'<text x="{x + 6:.1f}" y="{y + bar * 0.7:.1f}" class="value">{total:.3f} {escape(unit)}</text>')
+        out.append(f'<text x="{x + 6:.1f}" y="{y + bar * 0.7:.1f}" class="value">{total:.3f} {for_html(unit)}</text>')
     out.append("</g></svg>")
     return "".join(out)
 
@@ -142,16 +143,16 @@ def line_chart(series: Sequence[Series], x_label: str, y_label: str, y_max: floa
                    f'{_fmt_tick(t)}</text>')
     out.append(f'<line x1="{left}" x2="{width - right}" y1="{sy(0):.1f}" y2="{sy(0):.1f}" class="axis"/>')
     out.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" class="tick" text-anchor="middle">'
-               f'{escape(x_label)}</text>')
+               f'{for_html(x_label)}</text>')
     out.append(f'<text x="12" y="{top_pad + plot_h / 2:.1f}" class="tick" text-anchor="middle" '
-               f'transform="rotate(-90 12 {top_pad + plot_h / 2:.1f})">{escape(y_label)}</text>')
+               f'transform="rotate(-90 12 {top_pad + plot_h / 2:.1f})">{for_html(y_label)}</text>')
     for s in series:
         if not s.points:
             continue
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s.points)
         dash = ' stroke-dasharray="4 3"' if s.dashed else ""
         out.append(f'<polyline fill="none" stroke="{s.color}" stroke-width="1.6"{dash} points="{path}">'
-                   f'<title>{escape(s.label)}</title></polyline>')
+                   f'<title>{for_html(s.label)}</title></polyline>')
     out.append("</svg>")
     return "".join(out)
 

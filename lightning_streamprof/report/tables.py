@@ -16,18 +16,11 @@ from rich.text import Text
 
 from lightning_streamprof.escape import for_terminal
 from lightning_streamprof.report.findings import Finding
+from lightning_streamprof.report.units import ms_text, pct_text
 from lightning_streamprof.results import Result
 
 Column = tuple[str, Callable[[Any], Any]]
 NAME_WIDTH = 72
-
-
-def ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f}"
-
-
-def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def console(width: int) -> tuple[Console, io.StringIO]:
@@ -74,8 +67,8 @@ def headline_lines(result: Result) -> list[str]:
     for gpu in result.gpu:
         where = f"rank {gpu.rank} window {gpu.window} cuda:{gpu.device}" if several else f"cuda:{gpu.device}"
         lines.append(
-            f"  {where}: GPU utilization {pct(gpu.utilization)}, Est. SM efficiency {pct(gpu.sm_efficiency)}, "
-            f"Est. achieved occupancy {pct(gpu.achieved_occupancy)}"
+            f"  {where}: GPU utilization {pct_text(gpu.utilization)}, Est. SM efficiency {pct_text(gpu.sm_efficiency)},"
+            f" Est. achieved occupancy {pct_text(gpu.achieved_occupancy)}"
         )
     steps = result.steps
     if steps.count:
@@ -94,7 +87,7 @@ def finding_lines(found: Sequence[Finding]) -> list[str]:
 
 
 OPERATOR_COLUMNS: tuple[Column, ...] = (
-    ("operator", lambda o: o.name), ("calls", lambda o: o.calls), ("host self (ms)", lambda o: ms(o.host_self_ns)),
-    ("host total (ms)", lambda o: ms(o.host_total_ns)),
-    ("device self (ms)", lambda o: ms(o.device_self_ns) if o.device_self_ns else None),
+    ("operator", lambda o: o.name), ("calls", lambda o: o.calls), ("host self (ms)", lambda o: ms_text(o.host_self_ns)),
+    ("host total (ms)", lambda o: ms_text(o.host_total_ns)),
+    ("device self (ms)", lambda o: ms_text(o.device_self_ns) if o.device_self_ns else None),
 )

@@ -11,27 +11,27 @@ from lightning_streamprof.report.tables import (
     console,
     finding_lines,
     headline_lines,
-    ms,
-    pct,
     plain,
     table,
 )
 from lightning_streamprof.report.distributed import collectives_by_kind
+from lightning_streamprof.report.units import mib_text, ms_text, pct_text
 from lightning_streamprof.results import DistributedStats, Result, WindowResults, rank_ranges
 
 _KERNELS = (
-    ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total (ms)", lambda k: ms(k.total_ns)),
-    ("mean (ms)", lambda k: ms(k.mean_ns)), ("max (ms)", lambda k: ms(k.max_ns)),
+    ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total (ms)", lambda k: ms_text(k.total_ns)),
+    ("mean (ms)", lambda k: ms_text(k.mean_ns)), ("max (ms)", lambda k: ms_text(k.max_ns)),
     ("blocks per SM", lambda k: k.blocks_per_sm),
-    ("occupancy", lambda k: None if k.occupancy is None else pct(k.occupancy)),
+    ("occupancy", lambda k: None if k.occupancy is None else pct_text(k.occupancy)),
     ("Tensor Cores", lambda k: "yes" if k.tensor_cores else None),
 )
-_OPERATORS = (*OPERATOR_COLUMNS, ("device total (ms)", lambda o: ms(o.device_total_ns) if o.device_total_ns else None))
+_OPERATORS = (*OPERATOR_COLUMNS,
+              ("device total (ms)", lambda o: ms_text(o.device_total_ns) if o.device_total_ns else None))
 _MEMORY = (
     ("operator", lambda m: m.name), ("device", lambda m: m.device), ("calls", lambda m: m.calls),
-    ("allocated (MiB)", lambda m: f"{m.allocation_bytes / 2**20:.2f}"),
-    ("size increase (MiB)", lambda m: f"{m.increase_bytes / 2**20:.2f}"),
-    ("self increase (MiB)", lambda m: f"{m.self_increase_bytes / 2**20:.2f}"),
+    ("allocated (MiB)", lambda m: mib_text(m.allocation_bytes, 2)),
+    ("size increase (MiB)", lambda m: mib_text(m.increase_bytes, 2)),
+    ("self increase (MiB)", lambda m: mib_text(m.self_increase_bytes, 2)),
 )
 _RANKS = (
     ("rank", lambda r: r.rank), ("host", lambda r: r.host), ("step ms", lambda r: f"{r.step_ms:.2f}"),
@@ -45,17 +45,17 @@ _COMM_OPS = (
     ("rank", lambda o: o.rank), ("collective", lambda o: o.name), ("calls", lambda o: o.calls),
     ("total MB", lambda o: "" if o.total_bytes is None else f"{o.total_bytes / 1e6:.3f}"),
     ("mean KB", lambda o: "" if o.mean_bytes is None else f"{o.mean_bytes / 1e3:.1f}"),
-    ("total ms", lambda o: ms(o.total_ns)), ("mean ms", lambda o: ms(o.mean_ns)),
-    ("transfer ms", lambda o: ms(o.transfer_ns)), ("mean transfer ms", lambda o: ms(o.mean_transfer_ns)),
-    ("hidden ms", lambda o: None if o.hidden_ns is None else ms(o.hidden_ns)),
-    ("exposed ms", lambda o: None if o.exposed_ns is None else ms(o.exposed_ns)),
+    ("total ms", lambda o: ms_text(o.total_ns)), ("mean ms", lambda o: ms_text(o.mean_ns)),
+    ("transfer ms", lambda o: ms_text(o.transfer_ns)), ("mean transfer ms", lambda o: ms_text(o.mean_transfer_ns)),
+    ("hidden ms", lambda o: None if o.hidden_ns is None else ms_text(o.hidden_ns)),
+    ("exposed ms", lambda o: None if o.exposed_ns is None else ms_text(o.exposed_ns)),
 )
 _KINDS = (
     ("rank", lambda k: k["rank"]), ("kind", lambda k: k["kind"]), ("calls", lambda k: k["calls"]),
-    ("total ms", lambda k: ms(k["total_ns"])), ("hidden ms", lambda k: None if k["hidden_ns"] is None else
-                                                  ms(k["hidden_ns"])),
-    ("exposed ms", lambda k: None if k["hidden_ns"] is None else ms(k["total_ns"] - k["hidden_ns"])),
-    ("transfer ms", lambda k: ms(k["transfer_ns"])),
+    ("total ms", lambda k: ms_text(k["total_ns"])), ("hidden ms", lambda k: None if k["hidden_ns"] is None else
+                                                  ms_text(k["hidden_ns"])),
+    ("exposed ms", lambda k: None if k["hidden_ns"] is None else ms_text(k["total_ns"] - k["hidden_ns"])),
+    ("transfer ms", lambda k: ms_text(k["transfer_ns"])),
 )
 
 
@@ -96,7 +96,7 @@ def render_analysis(result: Result, top: int = 10, windows: Sequence[WindowResul
         plain(out, line)
     for device in result.memory.devices:
         where = f"rank {device.rank} window {device.window} {device.device}" if len(traces) > 1 else device.device
-        plain(out, f"  memory {for_terminal(where)}: peak allocated {device.peak_allocated_bytes / 2**20:.1f} MiB")
+        plain(out, f"  memory {for_terminal(where)}: peak allocated {mib_text(device.peak_allocated_bytes)} MiB")
     for line in finding_lines(findings(result, windows)):
         plain(out, line)
     if result.distributed is not None:
@@ -109,6 +109,6 @@ def render_analysis(result: Result, top: int = 10, windows: Sequence[WindowResul
     if result.source_lines:
         plain(out, "Hot source lines (share of operator self time, host self ms, device self ms, line, function)")
         for s in result.source_lines[:top]:
-            plain(out, f"  {pct(s.share):>6}  {ms(s.host_self_ns):>9}  {ms(s.device_self_ns):>9}  "
+            plain(out, f"  {pct_text(s.share):>6}  {ms_text(s.host_self_ns):>9}  {ms_text(s.device_self_ns):>9}  "
                        f"{for_terminal(s.location)} ({for_terminal(s.function)})")
     return buf.getvalue().rstrip()

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from lightning_streamprof.results.cost import ProfilingCost
 from lightning_streamprof.results.distributed import (
     CollectiveCalls,
     CommOpStats,
@@ -81,6 +82,7 @@ __all__ = [
     "operators_self_ns",
     "OperatorStats",
     "PipelineWork",
+    "ProfilingCost",
     "Recommendation",
     "Result",
     "RunResults",

@@ -63,7 +63,7 @@ def _size(n: int) -> str:
 #: environment variable overriding :data:`VALUES_PER_BYTE`
 VALUES_ENV = "STREAMPROF_MAX_VALUES"
 #: a trace may hold this many values per byte of its file...
-VALUES_PER_BYTE = 8
+VALUES_PER_BYTE = 10
 #: ... and always this many
 VALUES_FLOOR = 1 << 23
 
@@ -87,10 +87,10 @@ def value_limit(file_size: int | None) -> int:
 
     Every value costs memory whatever its bytes (a ``0,`` is a pointer, an event a table row), so a count bounds
     what the bytes do not: 38 KB of gzipped ``0,`` are 20 million values. Real traces hold 0.05 to 0.07 values per
-    byte of JSON (the traces in ``tests/fixtures`` and HTA's MI250 trace), 0.5 to 0.75 per byte of ``.gz``: a 2 GB
-    trace, about 200 MB gzipped, has about 110 million and may hold 1.6 billion (a plain one 16 billion). The
-    floor, 8.4 million values (at most about 700 MB as table rows or Python objects, at 60 to 90 bytes each), is
-    120 to 150 MB of such JSON: a file under 1 MB reaches it only by gzipping over 100 to 1 (real traces: 10 to 1).
+    byte of JSON (the traces in ``tests/fixtures``, HTA's among them), 0.5 to 1 per byte of ``.gz``: a 2 GB trace,
+    about 200 MB gzipped, has 110 to 140 million and may hold 2 billion (a plain one 20 billion). The floor, 8.4
+    million values (at most about 700 MB as table rows or Python objects, at 60 to 90 bytes each), is 120 to 150 MB
+    of such JSON: a file under 840 KB reaches it only by gzipping over 140 to 1 (real traces: 10 to 15 to 1).
     """
     size = FLOOR if file_size is None else file_size
     return max(VALUES_FLOOR, int(values_per_byte() * size))

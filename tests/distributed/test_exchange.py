@@ -1,5 +1,5 @@
 """The gather through the store: bounded waits, a silent rank reported missing, late windows delivered later,
-the torchmetrics declaration and the payload encoding; one process, a real TCPStore."""
+the payload encoding and its reduction; one process, a real TCPStore."""
 
 import time
 import warnings
@@ -11,9 +11,9 @@ from multirank import rank_trace
 from lightning_streamprof.analysis import analyze_table
 from lightning_streamprof.distributed.exchange import StoreExchange
 from lightning_streamprof.distributed.live import LiveAggregator, payload, window_metrics
-from lightning_streamprof.analysis.scoring import score
+from lightning_streamprof.analysis.rank_table import concat
+from lightning_streamprof.analysis.scoring import THRESHOLD, score, score_table
 from lightning_streamprof.distributed import wire
-from lightning_streamprof.distributed.state import WindowTable, merge_states
 from lightning_streamprof.trace.identity import trace_identity
 
 
@@ -95,18 +95,8 @@ def test_two_ranks_gather_late_windows_and_agree_on_placement(store, tmp_path):
     assert answer == {0: 9, 1: 9}
 
 
-@pytest.mark.filterwarnings("ignore:The ``compute`` method")
-def test_window_table_is_the_torchmetrics_declaration_of_the_rows():
+def test_the_live_gather_s_bytes_carry_each_rank_s_row_and_concatenate_to_the_scored_table():
     rows = [summary(r).distributed.summaries[0] for r in (0, 1)]
-    tables = []
-    for row in rows:
-        table = WindowTable(sync_on_compute=False)
-        table.update(row)
-        tables.append(table)
-    assert all(table._reductions[name].__name__ == "dim_zero_cat" for name in tables[0]._defaults)
-    merged = WindowTable(sync_on_compute=False)
-    merge_states(merged, [t.metric_state for t in tables])
-    assert merged.rows() == rows
-    assert merged.compute() == score(rows)
-    # the live gather's bytes: the same rows
-    assert [wire.decode(payload(row)).to_windows()[0] for row in rows] == rows
+    tables = [wire.decode(payload(row)) for row in rows]
+    assert [t.to_windows()[0] for t in tables] == rows
+    assert score_table(concat(tables), THRESHOLD) == score(rows)

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from lightning_streamprof.analysis.scoring import score
 from lightning_streamprof.distributed.exchange import StoreExchange
 from lightning_streamprof.distributed.live import LiveAggregator, payload_limit, window_metrics
-from lightning_streamprof.distributed.tree import HostLayout, TreeGather
+from lightning_streamprof.distributed.gather import HostLayout, TreeGather
 from lightning_streamprof.results import rank_ranges
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),

@@ -2,7 +2,7 @@
 encoder and the terminal renderer.
 
 The only exception allowed is :class:`~lightning_streamprof.trace.TraceFormatError` (one line naming the
-source); every clean result must keep the invariants (:func:`lightning_streamprof.results.checks.violations`),
+source); every clean result must keep the invariants (:func:`lightning_streamprof.results.invariants.violations`),
 encode as JSON and render without a control character. Used by ``test_fuzz.py`` (a short run in the test suite)
 and ``benchmarks/fuzz_traces.py`` (the long run).
 
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from lightning_streamprof.analysis import analyze_table, combine
 from lightning_streamprof.report.text import render_analysis
 from lightning_streamprof.results import TraceIdentity, to_json
-from lightning_streamprof.results.checks import violations
+from lightning_streamprof.results.invariants import violations
 from lightning_streamprof.trace import TraceFormatError, limits, parse_trace
 from lightning_streamprof.trace.identity import trace_identity
 

@@ -11,7 +11,7 @@ import pytest
 from pipeline_models import Net, loader
 
 from lightning_streamprof import StreamPipeline, StreamProfiler, analyze
-from lightning_streamprof.profiling.profiler import MEMORY_THREADS_NOTE
+from lightning_streamprof.profiling.window_sessions import MEMORY_THREADS_NOTE
 
 
 def test_memory_view_with_the_staging_thread(tmp_path, caplog):

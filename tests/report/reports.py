@@ -7,25 +7,33 @@ import os
 import msgspec
 
 from lightning_streamprof.api import analyze_runs
-from lightning_streamprof.results import RunResults
+from lightning_streamprof.results import CommOpStats, DistributedStats, RankStats, RunResults, WaitedFor
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "traces")
 MEMORY_STACK = os.path.join(FIXTURES, "frozen_backbone_memory_stack.pt.trace.json.gz")
 
-#: the shape the distributed view reads: per-rank rows, stragglers and collectives (the aggregator fills it)
-DISTRIBUTED = {
-    "ranks": [
-        {"rank": 0, "step_ms": 10.0, "computation_ms": 6.0, "overlap_ms": 1.0, "communication_ms": 2.0,
-         "other_ms": 1.0, "sync_ms": 0.5, "transfer_ms": 1.5, "relative_score": 1.0, "straggler": False},
-        {"rank": 1, "step_ms": 14.0, "computation_ms": 9.0, "overlap_ms": 1.0, "communication_ms": 2.5,
-         "other_ms": 1.5, "sync_ms": 0.2, "transfer_ms": 1.5, "relative_score": 0.71, "straggler": True},
-    ],
-    "stragglers": [1],
-    "comm_ops": [{"rank": 0, "name": "nccl:all_reduce <fused>", "calls": 12, "total_bytes": 48 * 2**20,
-                  "total_ns": 3_700_000, "transfer_ns": 3_000_000}],
-    "waited_for": [{"rank": 1, "collectives": 12, "wait_ns": 2_400_000}],
-    "message": "rank 1 is a straggler: its steps take 40% longer",
-}
+
+
+def _rank(rank, step_ms, computation_ms, communication_ms, other_ms, sync_ms, relative_score, straggler):
+    """One rank's row (overlap 1 ms, transfer 1.5 ms per step)."""
+    return RankStats(rank=rank, host=None, window=None, steps=3, step_ms=step_ms, computation_ms=computation_ms,
+                     overlap_ms=1.0, communication_ms=communication_ms, other_ms=other_ms, sync_ms=sync_ms,
+                     transfer_ms=1.5, dataloader_ms=0.0, compute_ms=computation_ms + 1.0, host_ms=other_ms,
+                     own_ms=step_ms - sync_ms, median_own_ms=step_ms - sync_ms, relative_score=relative_score,
+                     individual_score=None, straggler=straggler)
+
+
+#: what the distributed view reads: per-rank rows, stragglers and collectives (the aggregator fills it)
+DISTRIBUTED = DistributedStats(
+    threshold=0.75, world_size=2,
+    ranks=[_rank(0, 10.0, 6.0, 2.0, 1.0, 0.5, 1.0, False), _rank(1, 14.0, 9.0, 2.5, 1.5, 0.2, 0.71, True)],
+    stragglers=[1],
+    comm_ops=[CommOpStats(rank=0, name="nccl:all_reduce <fused>", calls=12, total_bytes=48 * 2**20,
+                          mean_bytes=4 * 2**20, total_ns=3_700_000, mean_ns=308_333.3, transfer_ns=3_000_000,
+                          mean_transfer_ns=250_000.0)],
+    late_starts=[], waited_for=[WaitedFor(rank=1, collectives=12, wait_ns=2_400_000)], windows=[],
+    message="rank 1 is a straggler: its steps take 40% longer",
+)
 
 
 def fixture_run(path: str = MEMORY_STACK, distributed=None) -> RunResults:

@@ -78,24 +78,12 @@ def test_source_lines_link_to_the_editor_when_the_file_exists(tmp_path):
     assert source_link("/nowhere/train.py", 7) == "/nowhere/train.py:7"
 
 
-def test_distributed_view_reads_dicts_and_structs():
-    class Rank(msgspec.Struct):
-        rank: int
-        computation_ms: float
-        communication_ms: float
-        straggler: bool = False
-
-    class Distributed(msgspec.Struct):
-        ranks: list[Rank]
-        stragglers: list[int]
-        comm_ops: list[dict]
-
-    from_struct = Distributed(ranks=[Rank(0, 5.0, 1.0), Rank(1, 7.0, 1.0, True)], stragglers=[1], comm_ops=[])
-    assert [r["rank"] for r in distributed.rank_rows(from_struct)] == [0, 1]
-    assert distributed.stragglers(from_struct) == [1]
-    assert distributed.stragglers({"ranks": DISTRIBUTED["ranks"]}) == [1]  # from the rows' flags
-    assert distributed.rank_rows(None) == [] and distributed.rank_rows({"unexpected": 1}) == []
-    html = distributed.render(fixture_run(distributed=from_struct).merged)
+def test_distributed_view_reads_the_typed_results():
+    two = msgspec.structs.replace(DISTRIBUTED, comm_ops=[], waited_for=[], message=None)
+    assert [r.rank for r in two.ranks] == [0, 1]
+    assert two.stragglers == [1]
+    assert distributed.render(fixture_run().merged) == ""  # one rank, no distributed results
+    html = distributed.render(fixture_run(distributed=two).merged)
     assert "rank 1 (straggler)" in html and "<rect" in html
 
 

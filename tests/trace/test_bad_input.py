@@ -15,7 +15,7 @@ from badinput import IGNORED, REJECTED, VALID, base
 
 from lightning_streamprof.api import analyze
 from lightning_streamprof.cli import main
-from lightning_streamprof.results.checks import violations
+from lightning_streamprof.results.invariants import violations
 from lightning_streamprof.trace import TraceFormatError
 
 

@@ -10,7 +10,8 @@ from lightning_streamprof.profiling.problems import Problems
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.schedule import OverheadBudget, StepBaseline, WindowSchedule
 from lightning_streamprof.profiling.session import KinetoSession
-from lightning_streamprof.report.cost import ProfilingCost
+from lightning_streamprof.report.cost import cost_sentence
+from lightning_streamprof.results import ProfilingCost
 
 BASE = 0.100  # seconds per unprofiled step
 
@@ -228,7 +229,7 @@ def test_a_run_too_short_for_its_first_window_says_so():
     assert len(exporter.submitted) == 1 and budget.first_window_cost == pytest.approx(paid, rel=0.02)
     cost = ProfilingCost(budget.total_cost, recorder.training_seconds, budget.windows,
                          max_overhead=budget.max_overhead, first_window_seconds=budget.first_window_cost)
-    assert cost.over_budget and f"({budget.first_window_cost:.2f} s here)" in cost.sentence()
+    assert cost.over_budget and f"({budget.first_window_cost:.2f} s here)" in cost_sentence(cost)
 
 
 def test_the_first_windows_cost_is_split_where_it_was_paid():
@@ -247,7 +248,7 @@ def test_the_first_windows_cost_is_split_where_it_was_paid():
     cost = ProfilingCost(budget.total_cost, recorder.training_seconds, budget.windows, max_overhead=0.0001,
                          first_window_seconds=budget.first_window_cost, first_window_parts=parts)
     assert ("(0.07 s here: 0.02 s Kineto's set-up, start and stop in the training thread, 0.03 s slower warm-up and"
-            " recorded steps, 0.02 s steps while its trace was saved, analysed and written)") in cost.sentence()
+            " recorded steps, 0.02 s steps while its trace was saved, analysed and written)") in cost_sentence(cost)
 
 
 def test_a_save_that_does_not_end_leaves_the_next_window_unrecorded_with_a_reason():

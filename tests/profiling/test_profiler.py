@@ -149,7 +149,7 @@ def test_rejects_bad_arguments():
 
 def test_staging_callbacks_are_found_by_what_they_offer_not_by_name():
     from lightning_streamprof import StreamPipeline
-    from lightning_streamprof.profiling.profiler import StagingCallback
+    from lightning_streamprof.profiling.window_sessions import StagingCallback
 
     class Reporting:
         stages_on_thread = True

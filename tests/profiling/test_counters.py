@@ -15,7 +15,7 @@ from lightning_streamprof.profiling.exporter import TraceExporter
 from lightning_streamprof.results import TraceIdentity, to_builtins
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURE = os.path.join(HERE, "fixtures", "traces", "frozen_backbone.pt.trace.json.gz")
+FIXTURE = os.path.join(os.path.dirname(HERE), "fixtures", "traces", "frozen_backbone.pt.trace.json.gz")
 
 
 def test_counters_follow_the_timeline():

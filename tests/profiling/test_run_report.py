@@ -46,7 +46,7 @@ def test_other_ranks_added_from_beside_and_missing_ones_named(tmp_path):
     trace is not there is named in one note (another host's disk), and the report still holds rank 0's."""
     import shutil
 
-    from lightning_streamprof.profiling.run_report import run_results, with_other_ranks
+    from lightning_streamprof.profiling.run_results import run_results, with_other_ranks
 
     prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=3, warmup=1, active=2, every=10, max_overhead=None)
     fit(prof, tmp_path, max_steps=26)

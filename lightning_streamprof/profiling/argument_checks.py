@@ -1,4 +1,5 @@
-"""Checks of constructor arguments: the right type and range, or an error naming the parameter and the value.
+"""Checks of constructor arguments, for any class: the right type and range, or an error naming the parameter and
+the value.
 
 A wrong type raises ``TypeError``, a value out of range ``ValueError``; each message is one line,
 ``<owner>: `<name>` must be <what>, got <value>``. ``bool`` is not taken for a number.

@@ -14,8 +14,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from lightning_streamprof import StreamProfiler, names
 from lightning_streamprof.profiling import worker
-from lightning_streamprof.profiling.profiler import OVERHEAD_TAG
-from lightning_streamprof.report.cost import HOW_MEASURED, ProfilingCost
+from lightning_streamprof.profiling.loggers import OVERHEAD_TAG
+from lightning_streamprof.report.cost import HOW_MEASURED, cost_headline, cost_sentence
+from lightning_streamprof.results import ProfilingCost
 
 
 def test_the_cost_is_stated_in_the_summary_the_report_and_tensorboard(tmp_path):
@@ -48,11 +49,11 @@ def test_the_cost_is_stated_in_the_summary_the_report_and_tensorboard(tmp_path):
 def test_cost_sentence():
     cost = ProfilingCost(seconds=0.41, training_seconds=31.2, windows=9, end_seconds=0.3)
     assert cost.fraction == 0.41 / 31.2
-    assert cost.headline() == "profiling cost 1.3% of the training time (0.41 s of 31.20 s)"
-    assert cost.sentence() == (f"Profiling cost 1.3% of the training time (0.41 s of 31.20 s, 9 windows): measured as "
-                               f"{HOW_MEASURED}. The end of the stage took 0.30 s more for the last window's export "
-                               "and the report.")
-    assert "end of the stage" not in ProfilingCost(0.0, 0.0, 0).sentence()
+    assert cost_headline(cost) == "profiling cost 1.3% of the training time (0.41 s of 31.20 s)"
+    assert cost_sentence(cost) == (f"Profiling cost 1.3% of the training time (0.41 s of 31.20 s, 9 windows): measured"
+                                   f" as {HOW_MEASURED}. The end of the stage took 0.30 s more for the last window's"
+                                   " export and the report.")
+    assert "end of the stage" not in cost_sentence(ProfilingCost(0.0, 0.0, 0))
     assert ProfilingCost(0.0, 0.0, 0).fraction == 0.0
 
 
@@ -96,12 +97,12 @@ def test_a_cost_above_the_budget_says_why():
     """One window of 0.49 s in 32 s of training with a 1% budget: the sentence says that the first window is
     recorded whatever it costs; within the budget it says nothing of the kind."""
     over = ProfilingCost(seconds=0.49, training_seconds=32.0, windows=1, max_overhead=0.01, first_window_seconds=0.49)
-    assert over.over_budget and "1.5% of the training time" in over.sentence()
+    assert over.over_budget and "1.5% of the training time" in cost_sentence(over)
     assert ("That is above max_overhead (1%): the first window is recorded whatever it costs (0.49 s here), since"
             " nothing is known of a window's cost before one ran, and this run was too short to absorb it; the"
             " windows after it waited for the budget. A run of 49 s of training or more holds such a window within"
-            " max_overhead (this one trained 32 s).") in over.sentence()
+            " max_overhead (this one trained 32 s).") in cost_sentence(over)
     within = ProfilingCost(seconds=0.2, training_seconds=32.0, windows=1, max_overhead=0.01)
-    assert not within.over_budget and "above max_overhead" not in within.sentence()
-    assert within.sentence().endswith("own time in the training thread. Within max_overhead (1%).")
+    assert not within.over_budget and "above max_overhead" not in cost_sentence(within)
+    assert cost_sentence(within).endswith("own time in the training thread. Within max_overhead (1%).")
     assert not ProfilingCost(seconds=0.49, training_seconds=32.0, windows=1).over_budget  # no budget

@@ -68,14 +68,14 @@ def test_a_run_where_cupti_stays_attached_says_so_once_and_in_its_report(env, tm
     from helpers import fit
 
     from lightning_streamprof import StreamProfiler
-    from lightning_streamprof.profiling import profiler as profiler_module
+    from lightning_streamprof.profiling import window_sessions as sessions_module
 
-    class DeviceSession(profiler_module.KinetoSession):
+    class DeviceSession(sessions_module.KinetoSession):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.records_device = True  # as a CUDA window's session is (the trace itself is a CPU one here)
 
-    env.setattr(profiler_module, "KinetoSession", DeviceSession)
+    env.setattr(sessions_module, "KinetoSession", DeviceSession)
     env.setattr(session.torch.version, "cuda", "12.4")
 
     profiler = StreamProfiler(dirpath=str(tmp_path), skip_first=2, warmup=1, active=2, every=4, repeat=2,

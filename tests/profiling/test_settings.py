@@ -12,7 +12,7 @@ import pytest
 
 from lightning_streamprof import StreamProfiler, WindowSchedule
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("kwargs, error, text", [
