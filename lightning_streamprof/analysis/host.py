@@ -11,12 +11,16 @@ import numpy as np
 from lightning_streamprof import names
 from lightning_streamprof.analysis import intervals as iv
 from lightning_streamprof.analysis.context import TraceContext
+from lightning_streamprof.analysis.vendors import HIP_BLOCKING_COPIES, HIP_GRAPH_LAUNCHES, HIP_KERNEL_LAUNCHES
 from lightning_streamprof.results import HostTime, SyncCause, SyncWaits
 
-_GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")
+#: graph launches, CUDA's and HIP's (ROCm traces)
+_GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", *HIP_GRAPH_LAUNCHES)
+#: kernel launches (prefixes), CUDA's and HIP's
 _LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
-             *_GRAPH_LAUNCHES)
-_BLOCKING_COPIES = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"})
+             *HIP_KERNEL_LAUNCHES, *_GRAPH_LAUNCHES)
+_BLOCKING_COPIES = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2",
+                              *HIP_BLOCKING_COPIES})
 
 #: the operator in which a synchronising call waits, as people write it
 SYNC_CAUSES = {
@@ -29,11 +33,12 @@ SYNC_CAUSES = {
 
 
 def is_blocking(name: str) -> bool:
-    """CUDA calls in which the host thread waits for the device."""
+    """CUDA (and HIP) calls in which the host thread waits for the device."""
     return "Synchronize" in name or name in _BLOCKING_COPIES
 
 
 def is_launch(name: str) -> bool:
+    """A kernel or graph launch, CUDA's or HIP's."""
     return name.startswith(_LAUNCHES)
 
 

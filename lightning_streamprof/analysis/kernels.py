@@ -2,9 +2,11 @@
 
 A kernel uses Tensor Cores when its name contains one of :data:`TC_KERNEL_PATTERNS`: torch-tb-profiler's
 allow-list (from NVIDIA PyProf) plus the names of current cuDNN/cuBLAS/CUTLASS Tensor Core kernels
-(``sm80_xmma``/``sm90_xmma``, ``nvjet``, ``tensorop``, ``gmma``...), which the old list misses. An operator is
-Tensor Core eligible when its name is in :data:`TC_ELIGIBLE_OPS` (torch-tb-profiler's list, which follows
-autocast's lower-precision ops, plus the current autograd and attention names).
+(``sm80_xmma``/``sm90_xmma``, ``nvjet``, ``tensorop``, ``gmma``...), which the old list misses, and AMD's
+matrix-core kernels (Tensile's ``Cijk_..._MI16x16x1_...``, see :mod:`lightning_streamprof.analysis.vendors`),
+which count as Tensor Core kernels everywhere below. An operator is Tensor Core eligible when its name is in
+:data:`TC_ELIGIBLE_OPS` (torch-tb-profiler's list, which follows autocast's lower-precision ops, plus the current
+autograd and attention names).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 
 from lightning_streamprof.analysis._links import group
 from lightning_streamprof.analysis.context import TraceContext
+from lightning_streamprof.analysis.vendors import uses_matrix_cores
 from lightning_streamprof.results import KernelStats, TensorCoreUse, sort_kernels
 
 TC_KERNEL_PATTERNS: tuple[str, ...] = (
@@ -56,10 +59,10 @@ def reduced_precision(name: str) -> bool:
 
 
 def uses_tensor_cores(name: str) -> bool:
-    """Whether a kernel name is a Tensor Core kernel (CUTLASS SIMT kernels are not)."""
+    """Whether a kernel name is a Tensor Core kernel (CUTLASS SIMT kernels are not), or an AMD matrix-core one."""
     if "simt" in name.lower():
         return False
-    return any(p in name for p in TC_KERNEL_PATTERNS)
+    return any(p in name for p in TC_KERNEL_PATTERNS) or uses_matrix_cores(name)
 
 
 def _weighted(values: np.ndarray, weights: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
