@@ -29,13 +29,15 @@ from lightning_streamprof.pipeline.fit import Fit
 from lightning_streamprof.pipeline.frozen import check_frozen, resolve
 from lightning_streamprof.pipeline.options import Backbone, Mode, Options
 from lightning_streamprof.pipeline.program import StagedCall
+from lightning_streamprof.pipeline.state import PipelineState
 
 
 class StreamPipeline(Callback):
     r"""Prepares the next batch on a side CUDA stream while the current one trains: its copy to the device,
     ``on_after_batch_transfer`` (GPU augmentation), ``augment``, and the frozen modules' calls that the step makes
     from the batch, whose outputs reach an unchanged ``training_step`` (validation batches inside ``fit`` too).
-    ``mode="auto"`` times serial and pipelined steps and keeps the faster (alike on every DDP rank). Without CUDA
+    ``mode="auto"`` runs what ``"on"`` runs unless serial is measurably faster beside it in paired trials (alike on
+    every DDP rank; :mod:`~lightning_streamprof.pipeline.auto`). Without CUDA
     the same logic runs in order, without streams. Results equal serial training when the hooks draw random
     numbers from their own generator. :meth:`report` says what was staged, what was not and why, and what was
     measured.
@@ -46,7 +48,7 @@ class StreamPipeline(Callback):
             ``False`` runs no frozen call ahead.
         augment: Callable applied to the batch's input tensor after ``on_after_batch_transfer``, in training
             only (serial or pipelined).
-        mode: ``"auto"`` (measure, keep the faster way), ``"on"`` (pipelined: with CUDA on the staging thread,
+        mode: ``"auto"`` (what ``"on"`` runs, unless serial is measurably faster in paired trials), ``"on"`` (pipelined: with CUDA on the staging thread,
             the frozen calls as a CUDA graph where one can be captured and equals eager) or ``"off"``.
         backbone_input: Callable making the single ``backbone``'s input from the transferred batch; its
             ``forward`` is then staged with that input. Default: found on the first step.
@@ -60,9 +62,9 @@ class StreamPipeline(Callback):
             is still read by the loop). Hooks then run outside Lightning's hook dispatch (``self.log`` is not
             available in them) in profiler ranges of their usual names. ``None``: with CUDA, on for
             ``mode="on"`` and one more way that ``auto`` measures; off on CPU.
-        warmup: Steps before ``auto``'s first trials.
-        trial: Steps per trial of one way (the first :data:`~lightning_streamprof.pipeline.auto.SETTLE` are not
-            timed).
+        warmup: Steps on the pipelined way of ``mode="on"`` before ``auto``'s first trials.
+        trial: Steps per block of ``auto``'s paired trials (the first :data:`~lightning_streamprof.pipeline.auto.SETTLE`
+            are not timed).
         recheck: Steps from a decision to the next trials (the interval grows while the trials confirm it).
 
     Logged to the Trainer's loggers at each decision of ``auto`` and at the end of training:
@@ -175,6 +177,8 @@ class StreamPipeline(Callback):
         api.install_staging_fetcher(fetcher, fit.train.next, fit.train.reset)
         fit.train.reset()
         fit.steering.exclude()  # the epoch's first fetch may start the loader's workers
+        if trainer.current_epoch > 0:
+            fit.steering.phase_changed()
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
@@ -221,6 +225,7 @@ class StreamPipeline(Callback):
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._fit is not None and (trainer.training or trainer.state.fn == "fit"):
             self._fit.steering.exclude()
+            self._fit.steering.phase_changed()
 
     @override
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -263,6 +268,13 @@ class StreamPipeline(Callback):
         if self.mode == "auto":
             return self._fit is not None and self._fit.steering.pipelined
         return self.mode == "on" and not self._disabled
+
+    @property
+    def state(self) -> PipelineState:
+        """What the pipeline does now (:class:`~lightning_streamprof.pipeline.state.PipelineState`)."""
+        if self._fit is None:
+            return PipelineState(self.mode)
+        return self._fit.state()
 
     @property
     def stages_on_thread(self) -> bool:

@@ -1,80 +1,90 @@
-"""What ``auto`` found and chose: a round of trials' :class:`Measurement`, a :class:`Revert` from the steady-state
-watch, and the :class:`Decision` that :meth:`~lightning_streamprof.pipeline.auto.AutoSwitch.step` returns for each
-batch. Reports and logs read these; how the trials are run is :mod:`~lightning_streamprof.pipeline.auto`'s."""
+"""What ``auto`` found and chose: each round's :class:`Round` of paired comparisons, a :class:`Revert` from the
+steady-state watch, and the :class:`Decision` that :meth:`~lightning_streamprof.pipeline.auto.AutoSwitch.step`
+returns for each batch. Reports and logs read these; how the rounds are run is
+:mod:`~lightning_streamprof.pipeline.auto`'s."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 
+from lightning_streamprof.pipeline.paired import Verdict
 from lightning_streamprof.pipeline.way import SERIAL, Way
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """Mean ms per step of each way in one round of trials, each trial's ms per step, the ways whose trial was
-    cut short (clearly slower than the best so far), the ms per step serial waited for the loader, and the
-    choice."""
+class Round:
+    """One round of trials, ended at training step ``step``: why it ran (``first``, ``recheck``, ``watch``,
+    ``phase``), its paired comparisons in order (the first: serial against a pipelined way), the ``choice``, and
+    the ms per step the loop waited for the loader during it."""
 
-    ms: dict[Way, float]
+    step: int
+    reason: str
+    verdicts: tuple[Verdict, ...]
     choice: Way
-    trials: dict[Way, list[float]] = field(default_factory=dict)
-    clear_losers: tuple[Way, ...] = ()
-    serial_wait_ms: float = 0.0
+    wait_ms: float = 0.0
 
-    def worst_gain(self, way: Way) -> float:
-        """The way's gain over serial from its slowest trial against serial's fastest."""
-        if not self.trials:
-            return self.serial_ms / self.ms[way] - 1.0
-        return min(self.trials[SERIAL]) / max(self.trials[way]) - 1.0
-
-    def clearly_faster(self, way: Way, margin: float) -> bool:
-        """Faster than serial on average by more than ``margin``, and in every trial."""
-        return self.serial_ms / self.ms[way] - 1.0 > margin and self.worst_gain(way) > 0.0
-
-    @property
-    def serial_ms(self) -> float:
-        return self.ms[SERIAL]
-
-    @property
-    def loader_share(self) -> float:
-        """The share of serial's step spent waiting for the loader."""
-        return self.serial_wait_ms / self.serial_ms if self.serial_ms > 0 else 0.0
-
-    @property
-    def best(self) -> Way:
-        """The fastest pipelined way."""
-        return min((w for w in self.ms if w != SERIAL), key=self.ms.__getitem__)
+    def speeds(self) -> dict[Way, float]:
+        """Each compared way's speed relative to serial's (steps per second over serial's), chained through the
+        comparisons: a way compared with a pipelined way gets that way's speed times their ratio."""
+        speed = {SERIAL: 1.0}
+        for v in self.verdicts:
+            if v.base in speed:
+                speed[v.candidate] = speed[v.base] * v.ratio
+        return speed
 
     @property
     def gain(self) -> float:
-        """The fastest pipelined way's throughput over serial throughput, minus one."""
-        return self.serial_ms / self.ms[self.best] - 1.0
+        """The choice's throughput over serial's, minus one; when serial was chosen, the best pipelined way's
+        (at most about zero)."""
+        speed = self.speeds()
+        if self.choice != SERIAL:
+            return speed[self.choice] - 1.0
+        piped = [s for w, s in speed.items() if w != SERIAL]
+        return max(piped) - 1.0 if piped else math.nan
+
+    @property
+    def ms(self) -> dict[Way, float]:
+        """The mean ms per step of each compared way's blocks (the latest comparison's, for a way in two)."""
+        out: dict[Way, float] = {}
+        for v in self.verdicts:
+            out[v.base], out[v.candidate] = v.base_ms, v.candidate_ms
+        return out
+
+    def ms_of(self, way: Way) -> float | None:
+        """The mean ms per step of ``way``'s blocks in this round (``None``: not compared)."""
+        for v in reversed(self.verdicts):
+            if v.candidate == way:
+                return v.candidate_ms
+            if v.base == way:
+                return v.base_ms
+        return None
 
 
 @dataclass(frozen=True)
 class Revert:
-    """The chosen pipelined way ran slower in steady state (``watched_ms`` per step over the watch window) than
-    serial's trials, and serial, timed again beside it in paired trials (``serial_ms`` against ``way_ms``), was
-    not clearly slower: serial took over."""
+    """The chosen pipelined ``way`` ran slower in steady state (``watched_ms`` per step over the watch window)
+    than in its blocks; serial, timed beside it in paired blocks (``verdict``), was measurably faster and took
+    over at training step ``step``."""
 
     way: Way
     watched_ms: float
-    way_ms: float
-    serial_ms: float
+    step: int
+    verdict: Verdict
 
     @property
     def gain(self) -> float:
-        """The way's throughput over serial's in the paired trials, minus one (below zero: it lost)."""
-        return self.serial_ms / self.way_ms - 1.0
+        """The way's throughput over serial's in the paired blocks, minus one (below zero: it lost)."""
+        return self.verdict.ratio - 1.0
 
 
 @dataclass(frozen=True)
 class Decision:
-    """The way the next batch runs; at the step that ends a round of trials, that round (``measured``) and, when
-    serial took over from the chosen way there, the :class:`Revert`."""
+    """The way the next batch runs; at the step that ends a round, that round (``measured``) and, when serial took
+    over from the chosen way there, the :class:`Revert`."""
 
     way: Way
-    measured: Measurement | None = None
+    measured: Round | None = None
     reverted: Revert | None = None
 
     @property

@@ -74,18 +74,17 @@ def _graph_line(graphed: GraphedForward) -> str:
 
 def _auto_lines(auto: AutoSwitch) -> list[str]:
     lines = []
-    for m in auto.history:
-        ways = ", ".join(f"{w.label} {ms:.3f}" + (" (cut short)" if w in m.clear_losers else "")
-                         for w, ms in m.ms.items())
-        worst = f"{100 * m.worst_gain(m.best):+.1f}%" if m.best not in m.clear_losers else "lost clearly"
-        loader = (f"; serial waited for the loader {m.serial_wait_ms:.3f} ms/step ({100 * m.loader_share:.0f}%)"
-                  if m.serial_wait_ms > 0 else "")
-        lines.append(f"  measured ms/step: {ways}; best pipelined {100 * m.gain:+.1f}% (its slowest trial vs the"
-                     f" fastest serial one {worst}){loader} -> {m.choice.label}")
-    for r in auto.reverts:
-        lines.append(f"  steady state: {r.way.label} {r.watched_ms:.3f} ms/step over {auto.watch} training steps,"
-                     f" slower than serial's trials; timed again beside serial in paired trials: {r.way_ms:.3f}"
-                     f" against serial's {r.serial_ms:.3f} -> serial until the next trials")
+    for r in auto.history:
+        against = "over serial" if r.choice.staged else "for the best pipelined way"
+        lines.append(f"  trials ({r.reason}, ended at step {r.step}) -> {r.choice.label}"
+                     f" ({100 * r.gain:+.1f}% {against})")
+        lines += [f"    {v.describe()}" for v in r.verdicts]
+        if r.wait_ms > 0:
+            lines.append(f"    the loop waited for the loader {r.wait_ms:.3f} ms per step during them")
+    for rv in auto.reverts:
+        lines.append(f"  steady state: {rv.way.label} {rv.watched_ms:.3f} ms/step over {auto.watch} training steps,"
+                     f" over {100 * auto.watch_tolerance:.0f}% slower than in its blocks; serial measurably faster"
+                     f" beside it ({rv.verdict.ratio:.3f}x) -> serial from step {rv.step}")
     return lines
 
 

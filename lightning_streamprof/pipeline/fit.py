@@ -21,6 +21,7 @@ from lightning_streamprof.pipeline.hooks import BatchHooks
 from lightning_streamprof.pipeline.options import Options
 from lightning_streamprof.pipeline.program import StagedRun
 from lightning_streamprof.pipeline.stager import Stager
+from lightning_streamprof.pipeline.state import PipelineState
 from lightning_streamprof.pipeline.steering import Steering
 from lightning_streamprof.pipeline.way import INLINE, SERIAL, Way, candidate_ways
 
@@ -104,6 +105,16 @@ class Fit:
         if self.calls.finish_watching() is not None:
             self.train.add_calls()  # the batches staged before the calls were known
         self.start_auto_if_ready()
+
+    def state(self) -> PipelineState:
+        """What this fit does now."""
+        auto, calls, program = self.steering.auto, self.calls, self.calls.program
+        waiting = self.options.mode == "auto" and auto is None and calls.probe is not None
+        graphed = program is not None and program.graph is not None and program.graph.replays > 0
+        return PipelineState(self.options.mode, self.steering.way,
+                             deciding=waiting or (auto is not None and not auto.decided),
+                             in_trials=auto is not None and auto.in_trials, graphed=graphed,
+                             staged_calls=len(program.calls) if program is not None else 0)
 
     def facts(self) -> explain.Facts:
         """What this fit did, for :func:`~lightning_streamprof.pipeline.explain.report`."""

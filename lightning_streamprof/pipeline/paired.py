@@ -96,10 +96,11 @@ class Verdict:
         return statistics.median(self.ratios) if self.ratios else math.nan
 
     def describe(self) -> str:
-        """One line: the ways, the median ratio with its interval, the blocks and the outcome."""
+        """One line: the candidate's speed as a multiple of the base's, with its interval, the blocks and the
+        outcome."""
         lo, hi = self.interval
-        return (f"{self.candidate.label} against {self.base.label}: {self.ratio:.3f}x (95% interval {lo:.3f}-{hi:.3f},"
-                f" {len(self.ratios)} paired blocks, {self.steps} steps; {self.candidate_ms:.3f} against"
+        return (f"{self.candidate.label}: {self.ratio:.3f}x the speed of {self.base.label} (95% interval {lo:.3f}-"
+                f"{hi:.3f}, {len(self.ratios)} paired blocks, {self.steps} steps; {self.candidate_ms:.3f} against"
                 f" {self.base_ms:.3f} ms per step) -> {self.outcome}")
 
 

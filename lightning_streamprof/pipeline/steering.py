@@ -55,6 +55,11 @@ class Steering:
         if self.auto is not None:
             self.auto.exclude()
 
+    def phase_changed(self) -> None:
+        """A new epoch or dataloader, or validation ended: a serial choice is tried again sooner."""
+        if self.auto is not None:
+            self.auto.phase_changed()
+
     def exclude_if_profiled(self) -> None:
         """A profiler's window (or a step that pays for one) is not a step for auto to time."""
         if self.auto is not None and api.profiler_busy(self._trainer):

@@ -25,7 +25,7 @@ if __name__ == "__main__":
     net = Net()
     if mode == "auto":
         Stager.overlaps = True  # as if staging ran beside the step, as with CUDA streams
-        callbacks = [StreamPipeline(mode="auto", backbone="backbone", staging_thread=False, warmup=1, trial=4)]
+        callbacks = [StreamPipeline(mode="auto", backbone="backbone", staging_thread=False, warmup=1, trial=3)]
     else:
         callbacks = [StreamPipeline(mode="on", backbone="backbone", staging_thread=mode == "thread")] if mode != "off" else []
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=epochs, callbacks=callbacks, logger=False,

@@ -134,7 +134,7 @@ def test_auto_leaves_out_the_steps_of_profiler_windows_validation_checkpoints_an
     profiler = StreamProfiler(dirpath=str(tmp_path / "prof"), skip_first=14, warmup=1, active=2, every=0,
                               analyze=False, max_overhead=None)
     pipe = StreamPipeline(warmup=2, trial=5, recheck=100)
-    trainer = L.Trainer(accelerator="cpu", max_epochs=5, callbacks=[pipe, ModelCheckpoint(
+    trainer = L.Trainer(accelerator="cpu", max_epochs=25, callbacks=[pipe, ModelCheckpoint(
         dirpath=tmp_path / "ckpt", every_n_train_steps=5, save_top_k=-1)], profiler=profiler, logger=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=4,
         limit_val_batches=1)

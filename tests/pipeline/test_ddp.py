@@ -36,7 +36,7 @@ def test_ddp_gloo_pipelined_equals_serial(mode, tmp_path):
 def test_ddp_gloo_auto_decides_alike_on_every_rank(tmp_path):
     """auto's trial times are averaged over the ranks before each decision: both ranks see the same numbers and
     make the same choice (one rank choosing alone could otherwise diverge), and training equals serial."""
-    serial, auto = run("off", tmp_path, epochs=4), run("auto", tmp_path, epochs=4)
+    serial, auto = run("off", tmp_path, epochs=16), run("auto", tmp_path, epochs=16)  # 96 steps: a round
     decisions = [auto[rank]["auto"] for rank in (0, 1)]
     assert len(decisions[0]) >= 1 and decisions[0] == decisions[1]
     assert set(decisions[0][0]["ms"]) == {"serial", "inline"}

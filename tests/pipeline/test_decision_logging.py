@@ -1,10 +1,12 @@
+import re
 from types import SimpleNamespace
 
 import pytest
 
 from lightning_streamprof.pipeline import explain
 from lightning_streamprof.pipeline.auto import AutoSwitch
-from lightning_streamprof.pipeline.decision import Measurement
+from lightning_streamprof.pipeline.decision import Round
+from lightning_streamprof.pipeline.paired import Verdict
 from lightning_streamprof.pipeline.steering import Steering
 from lightning_streamprof.pipeline.way import INLINE, SERIAL
 
@@ -32,38 +34,42 @@ def steering_of(logger, global_step, auto):
     return steering
 
 
+def _drive(steering, clock, ms, steps):
+    way = steering.auto.choice
+    for _ in range(steps):
+        clock.t += ms[way] / 1e3
+        way = steering.next()
+    return way
+
+
 def test_each_auto_decision_is_logged_with_its_gain():
     logger = Recorder()
     clock = Clock()
-    steering = steering_of(logger, 42, AutoSwitch((SERIAL, INLINE), warmup=1, trial=2, recheck=100, settle=0,
-                                                  clock=clock))
-    way = SERIAL
-    for _ in range(1 + 4 * 2):
-        clock.t += 0.004 if way == SERIAL else 0.002
-        way = steering.next()
+    steering = steering_of(logger, 42, AutoSwitch((SERIAL, INLINE), warmup=1, recheck=1000, clock=clock))
+    way = _drive(steering, clock, {SERIAL: 4.0, INLINE: 2.0}, steps=400)
     assert len(steering.auto.history) == 1 and way == INLINE
     step, metrics = logger.logged[-1]
     assert step == 42 and metrics == {"streampipe/pipelined": 1.0, "streampipe/gain": steering.auto.history[0].gain,
                                       "streampipe/threaded": 0.0, "streampipe/graphed": 0.0}
     assert metrics["streampipe/gain"] == pytest.approx(1.0)
-    assert Measurement({SERIAL: 10.0, INLINE: 8.0}, INLINE).gain == 0.25
+    verdict = Verdict(SERIAL, INLINE, (1.25,) * 6, (1.25, 1.25), "faster", 10.0, 8.0, 130)
+    assert Round(140, "first", (verdict,), INLINE).gain == pytest.approx(0.25)
 
 
 def test_a_revert_is_logged_with_the_steady_state_loss_and_reported():
     logger = Recorder()
     clock = Clock()
-    auto = AutoSwitch((SERIAL, INLINE), warmup=1, trial=3, recheck=100, settle=1, watch=5, clock=clock)
+    auto = AutoSwitch((SERIAL, INLINE), warmup=1, recheck=5000, watch=20, clock=clock)
     steering = steering_of(logger, 7, auto)
-    auto.history.append(Measurement({SERIAL: 1.0, INLINE: 0.5}, INLINE))
-    auto._phase, auto.choice, auto._left = -1, INLINE, 100
-    ms = {INLINE: 3.0, SERIAL: 1.0}  # the pipelined way now 3 ms per step against serial's 1 ms
-    way = INLINE
-    for _ in range(2 + 5 + 6):  # the watch window, then paired trials of both ways
-        clock.t += ms[way] / 1e3
-        way = steering.next()
+    _drive(steering, clock, {SERIAL: 1.0, INLINE: 0.5}, steps=300)
+    assert auto.choice == INLINE and not auto.reverts
+    _drive(steering, clock, {SERIAL: 1.0, INLINE: 3.0}, steps=400)  # the pipelined way now 3 ms per step
     assert auto.choice == SERIAL and len(auto.reverts) == 1
     step, metrics = logger.logged[-1]
     assert metrics["streampipe/pipelined"] == 0.0 and metrics["streampipe/gain"] == pytest.approx(1.0 / 3.0 - 1.0)
     report = explain.report(explain.Facts(mode="auto", auto=steering.auto))
-    assert "steady state: pipelined 3.000 ms/step over 5 training steps, slower than serial's trials" in report
-    assert "timed again beside serial in paired trials: 3.000 against serial's 1.000 -> serial until the next" in report
+    assert re.search(r"steady state: pipelined \d\.\d{3} ms/step over 20 training steps, over 15% slower than in its"
+                     r" blocks", report), report
+    assert "serial measurably faster beside it (0.333x) -> serial from step" in report
+    assert "trials (watch, ended at step" in report and "-> serial (-66.7% for the best pipelined way)" in report
+    assert "pipelined: 0.333x the speed of serial" in report

@@ -6,7 +6,8 @@ import textwrap
 from lightning_streamprof import StreamPipeline
 from lightning_streamprof.pipeline import explain
 from lightning_streamprof.pipeline.auto import AutoSwitch
-from lightning_streamprof.pipeline.decision import Measurement
+from lightning_streamprof.pipeline.decision import Round
+from lightning_streamprof.pipeline.paired import Verdict
 from lightning_streamprof.pipeline.way import INLINE, SERIAL
 
 
@@ -18,6 +19,7 @@ def test_the_example_runs(capsys):
 
 def test_the_logged_keys_are_the_documented_ones():
     auto = AutoSwitch((SERIAL, INLINE))
-    auto.history.append(Measurement({SERIAL: 2.0, INLINE: 1.0}, INLINE))
+    verdict = Verdict(SERIAL, INLINE, (2.0,) * 6, (2.0, 2.0), "faster", 2.0, 1.0, 130)
+    auto.history.append(Round(140, "first", (verdict,), INLINE))
     documented = set(re.findall(r"``(streampipe/\w+)``", StreamPipeline.__doc__))
     assert set(explain.decision_metrics(auto)) == documented

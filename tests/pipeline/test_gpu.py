@@ -111,7 +111,7 @@ def test_auto_measures_serial_inline_thread_and_graph_and_equals_serial():
                          callback_kwargs=dict(backbone="backbone", warmup=2, trial=4, recheck=100))
     pipe = trainer.callbacks[0]
     assert {w.key for w in pipe._fit.steering.auto.history[0].ms} == {"serial", "inline", "thread+graph"}
-    assert "measured ms/step" in pipe.report()
+    assert "paired blocks" in pipe.report() and "x the speed of serial" in pipe.report()
     graphed = pipe._fit.calls.program.graph
     assert graphed.replays > 0  # the graph's trials replayed it
     assert graphed.eager == 0  # captured at the end of the first step: its first trial step already replays

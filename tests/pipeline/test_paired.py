@@ -2,10 +2,10 @@
 wave, a step change in the middle, ±5% noise per step) does not fool."""
 
 import math
-import random
 from collections import Counter
 
 import pytest
+from fake_host import Host
 
 from lightning_streamprof.pipeline.paired import PairedBlocks, PairedRule, median_interval, read_ratios
 from lightning_streamprof.pipeline.way import INLINE, SERIAL
@@ -29,30 +29,6 @@ def test_reading_ratios():
     assert read_ratios([0.95, 0.97, 0.92, 0.99, 0.96, 0.98], rule) == "slower"
     assert read_ratios([1.05, 1.02, 0.99, 1.01, 1.04, 1.03], rule) == "unclear"  # one of six below: n too small
     assert read_ratios([1.05, 1.02, 0.80, 1.01, 1.04, 1.03, 1.06, 1.02, 1.07], rule) == "faster"  # one outlier of 9
-
-
-class Host:
-    """A fake host: each step of a way lasts its ms, times a ±``wave`` slow sine (period 2-20 s), a ``change``
-    step of the host's speed at a random moment of the trial, and uniform ±``noise`` per step."""
-
-    def __init__(self, seed, ms, wave=0.10, change=0.15, noise=0.05):
-        self.rng = random.Random(seed)
-        self.t = 0.0
-        self.ms = ms
-        self.period = self.rng.uniform(2, 20)
-        self.phase = self.rng.uniform(0, 2 * math.pi)
-        self.wave, self.noise = wave, noise
-        self.change_at = self.rng.uniform(0.2, 1.5)
-        self.change = self.rng.choice([-1, 1]) * change
-
-    def clock(self):
-        return self.t
-
-    def run(self, way):
-        f = 1 + self.wave * math.sin(2 * math.pi * self.t / self.period + self.phase)
-        if self.t > self.change_at:
-            f *= 1 + self.change
-        self.t += self.ms[way] * f * (1 + self.rng.uniform(-self.noise, self.noise)) / 1e3
 
 
 def verdict(host, rule=PairedRule(), left_out=lambda step: False):

@@ -1,0 +1,28 @@
+"""A fake host for timing tests: steps whose length drifts as a GPU host's does."""
+
+import math
+import random
+
+
+class Host:
+    """A fake host: each step of a way lasts its ms, times a ±``wave`` slow sine (period 2-20 s), a ``change``
+    step of the host's speed at a random moment of the trial, and uniform ±``noise`` per step."""
+
+    def __init__(self, seed, ms, wave=0.10, change=0.15, noise=0.05):
+        self.rng = random.Random(seed)
+        self.t = 0.0
+        self.ms = ms
+        self.period = self.rng.uniform(2, 20)
+        self.phase = self.rng.uniform(0, 2 * math.pi)
+        self.wave, self.noise = wave, noise
+        self.change_at = self.rng.uniform(0.2, 1.5)
+        self.change = self.rng.choice([-1, 1]) * change
+
+    def clock(self):
+        return self.t
+
+    def run(self, way):
+        f = 1 + self.wave * math.sin(2 * math.pi * self.t / self.period + self.phase)
+        if self.t > self.change_at:
+            f *= 1 + self.change
+        self.t += self.ms[way] * f * (1 + self.rng.uniform(-self.noise, self.noise)) / 1e3
