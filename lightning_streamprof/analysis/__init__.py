@@ -23,11 +23,11 @@ from lightning_streamprof.analysis.staging import pipeline_work
 from lightning_streamprof.analysis.steps import step_breakdown
 import msgspec
 
-from lightning_streamprof.results import DistributedStats, RankWindow, Result, TraceIdentity, merge
+from lightning_streamprof.results import DistributedStats, PipelineRun, RankWindow, Result, TraceIdentity, merge
 from lightning_streamprof.results.invariants import violations
 from lightning_streamprof.trace.table import EventTable, TraceFormatError
 
-__all__ = ["TraceContext", "analyze_table", "combine"]
+__all__ = ["TraceContext", "analyze_table", "combine", "with_recommendations"]
 
 
 def analyze_table(table: EventTable, identity: TraceIdentity | None = None) -> Result:
@@ -70,16 +70,17 @@ def distributed_of(summaries: Sequence[RankWindow], keep: bool = False) -> Distr
     return score(summaries, keep_summaries=keep) if summaries else None
 
 
-def with_recommendations(result: Result) -> Result:
-    """``result`` with the findings of every rule on it."""
-    return msgspec.structs.replace(result, recommendations=recommend(result))
+def with_recommendations(result: Result, pipeline: PipelineRun | None = None) -> Result:
+    """``result`` with the findings of every rule on it; ``pipeline``: what the run's StreamPipeline does, from its
+    own state (see :func:`~lightning_streamprof.analysis.rules.recommend`)."""
+    return msgspec.structs.replace(result, recommendations=recommend(result, pipeline=pipeline))
 
 
-def combine(results: Sequence[Result], run: str | None = None) -> Result:
+def combine(results: Sequence[Result], run: str | None = None, pipeline: PipelineRun | None = None) -> Result:
     """Several traces' results merged exactly (see :func:`lightning_streamprof.results.merge`), with the rules
-    applied to the merged result."""
+    applied to the merged result (and ``pipeline``, the run's StreamPipeline's own state, when given)."""
     if len(results) == 1 and results[0].run == run:
-        return results[0]
+        return results[0] if pipeline is None else with_recommendations(results[0], pipeline)
     summaries = [s for r in results if r.distributed is not None for s in r.distributed.summaries]
     merged = msgspec.structs.replace(merge(results, run=run), distributed=distributed_of(summaries))
-    return with_recommendations(merged)
+    return with_recommendations(merged, pipeline)

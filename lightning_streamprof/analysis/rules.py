@@ -3,13 +3,17 @@
 Each rule reads a :class:`~lightning_streamprof.results.Result` (one trace's, or several merged) and returns
 its findings, so the same rules explain a window, a rank or a whole run: a merged result names each device once,
 with its value in each window. Every finding has a one-line ``summary`` of its numbers, and no advice is given
-that the trace shows the run already follows.
+that the run already follows. What the run's StreamPipeline does comes from its own state
+(:class:`~lightning_streamprof.results.PipelineRun`: the live run's, given to :func:`recommend`), else from the way the
+traces' windows recorded it (their metadata, :func:`recorded_pipeline`), else from the StreamPipeline ranges in the
+traces; a StreamPipeline still choosing its way is not advised on what it is choosing.
 
 ==========================  ==========================================================================
 id                          rule
 ==========================  ==========================================================================
 ``dataloader``              DataLoader > 5% of the mean step and of the median step (time the GPU works
-                            through does not count); more workers are advised only to a loader without them
+                            through does not count); more workers are advised only to a loader without them,
+                            pinned memory only to a run whose batches StreamPipeline does not copy ahead
 ``communication``           communication > 10% of the mean step
 ``low_gpu_utilization``     GPU utilization < 50% on a device
 ``tensor_cores``            TC-eligible operators' kernels run without Tensor Cores (compute capability >= 7):
@@ -19,12 +23,14 @@ id                          rule
 ``memory``                  peak allocated > 90% of the device's memory
 ``host_bound``              GPU utilization < 50% and the training thread busy > 80% of its step, i.e. not
                             waiting in a synchronising CUDA call or for the DataLoader: the host is the limit
-                            (StreamPipeline is advised only where it does not stage batches yet)
+                            (StreamPipeline's staging thread and CUDA graph are advised only to a run without
+                            StreamPipeline; where it replays the backbone as a graph, the trained part is named)
 ``host_sync``               the training thread waits in synchronising CUDA calls > 5% of the step (``.item()``,
                             copies to the host, ``torch.cuda.synchronize``), with the operator and source line
                             of each kind of wait
 ``stream_pipeline``         ``on_after_batch_transfer`` or a frozen module's forward > 10% of the mean step,
-                            unless StreamPipeline already stages batches in the trace
+                            unless StreamPipeline already stages batches or is still choosing its way; where
+                            it runs serially, what it chose and why
 ==========================  ==========================================================================
 """
 
@@ -32,8 +38,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from lightning_streamprof.analysis.kernels import reduced_precision
-from lightning_streamprof.results import Recommendation, Result
+from lightning_streamprof.results import PipelineRun, Recommendation, Result
 
 DATALOADER_SHARE = 0.05
 COMMUNICATION_SHARE = 0.10
@@ -47,7 +55,7 @@ REDUCED_PRECISION_SHARE = 0.05
 _NAMES_SHOWN = 5
 _CAUSES_SHOWN = 3
 
-Rule = Callable[[Result], list[Recommendation]]
+Rule = Callable[[Result, PipelineRun | None], list[Recommendation]]
 
 
 def _ms(ns: float) -> float:
@@ -96,7 +104,7 @@ def _median_loader_share(result: Result) -> float:
     return shares[len(shares) // 2] if shares else 0.0
 
 
-def dataloader(result: Result) -> list[Recommendation]:
+def dataloader(result: Result, pipeline: PipelineRun | None = None) -> list[Recommendation]:
     """DataLoader > 5% of the mean step, and of the median step (a loader that keeps up in most steps and waits
     only after validation or at an epoch start needs nothing); the DataLoader's time during which the GPU works
     is not counted (the step breakdown gives it to the kernels). More workers are advised only to a loader that
@@ -111,7 +119,10 @@ def dataloader(result: Result) -> list[Recommendation]:
             f"{_ms(step)} ms)")
     saving = f"Removing the wait saves up to {_ms(loader_ns)} ms per step ({_pct(share)}%)."
     cheaper = ("make each batch cheaper to produce and to hand over: small dtypes (uint8 images and labels), "
-               "pin_memory=True, persistent_workers=True, random augmentation on the GPU in on_after_batch_transfer")
+               + ("" if pipeline is not None and pipeline.staged else "pin_memory=True, ")
+               + "persistent_workers=True, random augmentation on the GPU in on_after_batch_transfer"
+               + (" (StreamPipeline already copies each batch to the device ahead of its step)"
+                  if pipeline is not None and pipeline.staged else ""))
     if workers:
         message = (f"{wait}, although the DataLoader already reads with worker processes: they do not make batches "
                    f"as fast as the steps use them. Rather than more workers, {cheaper}. {saving}")
@@ -133,7 +144,7 @@ def dataloader(result: Result) -> list[Recommendation]:
     )]
 
 
-def communication(result: Result) -> list[Recommendation]:
+def communication(result: Result, pipeline: PipelineRun | None = None) -> list[Recommendation]:
     step, comm_ns = result.steps.mean_step_ns, result.steps.mean_ns("communication")
     if step <= 0 or comm_ns / step <= COMMUNICATION_SHARE:
         return []
@@ -149,7 +160,7 @@ def communication(result: Result) -> list[Recommendation]:
     )]
 
 
-def low_gpu_utilization(result: Result) -> list[Recommendation]:
+def low_gpu_utilization(result: Result, pipeline: PipelineRun | None = None) -> list[Recommendation]:
     low = [g for g in result.gpu if g.utilization < LOW_UTILIZATION]
     if not low:
         return []
@@ -170,7 +181,7 @@ def low_gpu_utilization(result: Result) -> list[Recommendation]:
     )]
 
 
-def tensor_cores(result: Result) -> list[Recommendation]:
+def tensor_cores(result: Result, pipeline: PipelineRun | None = None) -> list[Recommendation]:
     """Tensor-Core-eligible operators' kernels without Tensor Cores. Mixed precision is advised only to a run that
     has no half or bfloat16 kernels yet; a mixed-precision run is told which part still runs in float32."""
     tc = result.tensor_cores
@@ -202,7 +213,7 @@ def tensor_cores(result: Result) -> list[Recommendation]:
     )]
 
 
-def memory(result: Result) -> list[Recommendation]:
+def memory(result: Result, pipeline: PipelineRun | None = None) -> list[Recommendation]:
     full = [d for d in result.memory.devices
             if d.total_memory and d.peak_allocated_bytes > MEMORY_SHARE * d.total_memory]
     if not full:
@@ -225,10 +236,12 @@ def memory(result: Result) -> list[Recommendation]:
     )]
 
 
-def host_bound(result: Result) -> list[Recommendation]:
+def host_bound(result: Result, pipeline: PipelineRun | None = None) -> list[Recommendation]:
     """The training thread busy issuing work (operators, CUDA runtime, Python between them) for most of its step,
-    not waiting for the device or for data, while the GPU idles. StreamPipeline's staging thread is advised only
-    where the trace shows no StreamPipeline staging."""
+    not waiting for the device or for data, while the GPU idles. StreamPipeline's staging thread and CUDA graph are
+    advised only to a run without StreamPipeline (``pipeline`` None, and no StreamPipeline staging in the trace): one
+    with it has chosen them or not itself; where it replays the backbone as a CUDA graph, the advice is about the
+    trained part."""
     steps, host = result.steps, result.host
     step = steps.mean_step_ns
     if step <= 0 or not result.gpu or min(g.utilization for g in result.gpu) >= LOW_UTILIZATION:
@@ -244,17 +257,12 @@ def host_bound(result: Result) -> list[Recommendation]:
     in_ops = host.busy_ns / host.steps
     gpu_ns = steps.mean_ns("kernel") + steps.mean_ns("memcpy") + steps.mean_ns("memset")
     graphs_per_step = host.graph_launches / host.steps
-    graphs = ("CUDA graphs (torch.compile(mode=\"reduce-overhead\"), or "
-              "lightning_streamprof.StreamPipeline(cuda_graph=True) for a frozen backbone)" if not graphs_per_step else
-              f"capturing more of the step in CUDA graphs (it replays {graphs_per_step:.0f} per step already)")
-    staging = ("" if result.pipeline.pipelined else
-               ", and StreamPipeline's staging thread to take batch preparation off the training thread")
     return [Recommendation(
         id="host_bound",
         message=f"The training thread is busy {_pct(share)}% of each step issuing work ({per_step:.0f} kernel launches; "
                 f"{_ms(in_ops)} ms in operators and the CUDA runtime, the rest in Python between them) while the GPU "
-                f"works {_ms(gpu_ns)} ms of the {_ms(step)} ms step: the host is the limit, not the GPU. Fewer, larger "
-                f"launches help: a larger batch, {graphs}{staging}. The GPU alone needs {_ms(gpu_ns)} ms per step.",
+                f"works {_ms(gpu_ns)} ms of the {_ms(step)} ms step: the host is the limit, not the GPU. "
+                f"{_fewer_launches(result, pipeline, graphs_per_step)} The GPU alone needs {_ms(gpu_ns)} ms per step.",
         evidence={"host_busy_share": share, "host_wait_ms_per_step": _ms(wait), "operators_ms_per_step": _ms(in_ops),
                   "launches_per_step": per_step, "gpu_busy_ms_per_step": _ms(gpu_ns), "step_ms": _ms(step),
                   "saving_ms_per_step": _ms(step - gpu_ns), "graph_launches_per_step": graphs_per_step},
@@ -263,7 +271,31 @@ def host_bound(result: Result) -> list[Recommendation]:
     )]
 
 
-def host_sync(result: Result) -> list[Recommendation]:
+def _fewer_launches(result: Result, pipeline: PipelineRun | None, graphs_per_step: float) -> str:
+    """host_bound's advice: what would make fewer, larger launches, less what the run does already."""
+    compiled = "torch.compile(mode=\"reduce-overhead\")"
+    if pipeline is not None and pipeline.staged and pipeline.graph:
+        where = " on its staging thread" if pipeline.thread else ""
+        return (f"StreamPipeline already replays the frozen backbone as a CUDA graph{where}, so the remaining launches "
+                f"are in the trained part: a larger batch, or CUDA graphs for the trained modules ({compiled} on "
+                "them) help.")
+    if graphs_per_step:
+        graphs = f"capturing more of the step in CUDA graphs (it replays {graphs_per_step:.0f} per step already)"
+    elif pipeline is not None:  # StreamPipeline chooses its own graph (or is choosing it)
+        graphs = f"CUDA graphs for the trained modules ({compiled})"
+    else:
+        graphs = (f"CUDA graphs ({compiled}, or lightning_streamprof.StreamPipeline(cuda_graph=True) for a frozen "
+                  "backbone)")
+    if pipeline is not None:
+        staging = (", and StreamPipeline(mode=\"auto\") (off in this run) to take batch preparation off the training "
+                   "thread" if pipeline.mode == "off" else "")
+    else:
+        staging = ("" if result.pipeline.pipelined else
+                   ", and StreamPipeline's staging thread to take batch preparation off the training thread")
+    return f"Fewer, larger launches help: a larger batch, {graphs}{staging}."
+
+
+def host_sync(result: Result, pipeline: PipelineRun | None = None) -> list[Recommendation]:
     """The training thread waiting for the device inside steps: each wait empties the GPU's queue."""
     steps, syncs = result.steps, result.syncs
     step = steps.mean_step_ns
@@ -295,10 +327,14 @@ def host_sync(result: Result) -> list[Recommendation]:
     )]
 
 
-def stream_pipeline(result: Result) -> list[Recommendation]:
+def stream_pipeline(result: Result, pipeline: PipelineRun | None = None) -> list[Recommendation]:
+    """Work StreamPipeline could run ahead, a large share of the step. Not for a run whose StreamPipeline stages
+    batches already or is still choosing its way; a run whose StreamPipeline runs serially is told what it chose."""
     work, step = result.pipeline, result.steps.mean_step_ns
     if step <= 0 or work.steps == 0 or work.pipelined:
         return []  # StreamPipeline is already staging batches in this run
+    if pipeline is not None and (pipeline.staged or not pipeline.settled):
+        return []  # it stages batches now (this trace recorded another way), or it is choosing whether to
     found = []
     for what, total, names in (("on_after_batch_transfer", work.hook_ns, work.hook_names),
                                ("frozen module forward", work.frozen_ns, work.frozen_names)):
@@ -307,12 +343,25 @@ def stream_pipeline(result: Result) -> list[Recommendation]:
             found.append(Recommendation(
                 id="stream_pipeline",
                 message=f"{what} takes {_ms(ns)} ms per step ({_pct(ns / step)}% of the step). "
-                        "lightning_streamprof.StreamPipeline can run it for the next batch on a side CUDA stream "
-                        f"while the current batch trains, saving up to {_ms(ns)} ms/step ({_pct(ns / step)}%).",
+                        + _pipeline_advice(pipeline, f"saving up to {_ms(ns)} ms/step ({_pct(ns / step)}%)"),
                 evidence={"what": what, "ms_per_step": _ms(ns), "share": ns / step, "names": names[:_NAMES_SHOWN]},
                 summary=f"{what} {_ms_text(ns)} ms of a {_ms_text(step)} ms step ({_pct(ns / step)}%)",
             ))
     return found
+
+
+def _pipeline_advice(pipeline: PipelineRun | None, saving: str) -> str:
+    """stream_pipeline's advice to a run without StreamPipeline, or to one whose StreamPipeline runs serially."""
+    ahead = "for the next batch on a side CUDA stream while the current batch trains"
+    if pipeline is None:
+        return f"lightning_streamprof.StreamPipeline can run it {ahead}, {saving}."
+    if pipeline.mode == "off":
+        return f"StreamPipeline is off in this run (mode=\"off\"); mode=\"auto\" runs it {ahead}, {saving}."
+    if pipeline.mode == "auto":
+        return ("StreamPipeline (auto) runs it in the step, serially: auto stages it ahead only with a CUDA device "
+                "and where its trials measure that faster than serial training; StreamPipeline.report() says which "
+                "held here.")
+    return f"StreamPipeline runs serially in this run ({pipeline.way}); StreamPipeline.report() says why."
 
 
 #: every rule, in the order of their findings
@@ -320,6 +369,22 @@ RULES: tuple[Rule, ...] = (dataloader, communication, low_gpu_utilization, tenso
                            host_sync, stream_pipeline)
 
 
-def recommend(result: Result, rules: tuple[Rule, ...] | None = None) -> list[Recommendation]:
-    """The findings of every rule on ``result``."""
-    return [rec for rule in (RULES if rules is None else rules) for rec in rule(result)]
+def recommend(result: Result, rules: tuple[Rule, ...] | None = None,
+              pipeline: PipelineRun | None = None) -> list[Recommendation]:
+    """The findings of every rule on ``result``; ``pipeline``: what the run's StreamPipeline does, from its own state
+    (default: the way the traces' windows recorded it, :func:`recorded_pipeline`)."""
+    seen = pipeline if pipeline is not None else recorded_pipeline(result)
+    return [rec for rule in (RULES if rules is None else rules) for rec in rule(result, seen)]
+
+
+def recorded_pipeline(result: Result) -> PipelineRun | None:
+    """What StreamPipeline did as the traces' windows recorded it (their metadata): the latest window recorded on a
+    settled way, else the latest, marked as recorded during the choice; None for traces without it."""
+    ways = sorted(((t.window if t.window is not None else -1, i, t.pipeline) for i, t in enumerate(result.traces)
+                   if t.pipeline is not None), key=lambda x: x[:2])
+    if not ways:
+        return None
+    settled = [w for _, _, w in ways if not w.in_trials and not w.first.deciding]
+    if settled:
+        return settled[-1].first
+    return msgspec.structs.replace(ways[-1][2].first, in_trials=True)

@@ -33,7 +33,7 @@ from lightning_streamprof.profiling.run_dir import make_fresh_dir
 from lightning_streamprof.profiling.storage import ensure_dir, remove_local, write_atomic
 from lightning_streamprof.profiling.worker import AnalysisError, AnalysisWorker
 from lightning_streamprof.profiling.metrics import headline_metrics
-from lightning_streamprof.results import Result, TraceIdentity
+from lightning_streamprof.results import Result, TraceIdentity, WindowWay
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ MAX_STORE_TIMEOUTS = 2
 @dataclass(frozen=True)
 class WindowResult:
     """One exported window: which steps it recorded, where its trace is, and its headline metrics (the full
-    ``analysis`` is kept for the latest windows only)."""
+    ``analysis`` is kept for the latest windows only); ``pipeline``: the way a staging callback ran its steps."""
 
     window: int
     first_step: int
@@ -63,6 +63,7 @@ class WindowResult:
     global_step: int = 0
     analysis: Result | None = None
     metrics: dict[str, float] | None = None
+    pipeline: WindowWay | None = None
 
 
 class UnsavedTrace(Protocol):
@@ -391,7 +392,7 @@ class TraceExporter:
             self.written += 1
             job.ok = True
             self._listed(WindowResult(job.identity.window or 0, job.steps[0], job.steps[1] - 1, target, size,
-                                      job.global_step, job.analysis, job.metrics))
+                                      job.global_step, job.analysis, job.metrics, job.identity.pipeline))
         log.debug("streamprof: wrote %s (%d bytes)", target, size)
 
     def _analysis_loop(self) -> None:

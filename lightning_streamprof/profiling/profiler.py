@@ -42,7 +42,10 @@ class StreamProfiler(Profiler):
     ``[pl][profile]<action>`` ranges. Background threads write its trace as
     ``<dirpath>/<stage>-<time>/w<window>-step<first step>/rank<global rank>.<ns>.pt.trace.json.gz`` (it opens in
     Perfetto, torch-tb-profiler and HTA) and a worker process analyses it. Each window's cost is measured, and
-    windows wait while the cost would go over ``max_overhead`` (:class:`~.schedule.OverheadBudget`). At the end of
+    windows wait while the cost would go over ``max_overhead`` (:class:`~.schedule.OverheadBudget`). A window due
+    while :class:`~lightning_streamprof.StreamPipeline`'s ``auto`` has not made its first choice of way waits for it (at
+    most :data:`~.schedule.CHOICE_WAIT` steps), so that it records the way the run settles on; every window records
+    the way StreamPipeline ran its steps, and the recommendations read what StreamPipeline does. At the end of
     a stage :meth:`summary` gives the last windows' numbers and what profiling cost, and global rank 0 writes
     ``report.html`` in the run's directory. Faults never stop training: an exception in a window writes the window,
     cut short; a trace store that fails or an analysis that fails is a warning.

@@ -8,25 +8,29 @@ global batch index) with Lightning's actions in ``[pl][profile]<action>`` ranges
 epoch's end inside a step ends that step (its slowdown is not charged). When the window ends the training thread
 only stops the trace; the exporter's threads save, analyse and write it. From a window's first warm-up step until
 its export is done, every step is charged (:class:`~.schedule.OverheadBudget`). Whether a window begins at the step
-the schedule placed it on is :meth:`WindowRecorder._admit`'s decision, and only its.
+the schedule placed it on is :meth:`WindowRecorder._admit`'s decision, and only its: a staging callback still making
+its first choice of way holds it (:data:`~.schedule.CHOICE_WAIT`), the overhead budget moves it. A window records the
+way a staging callback ran its steps (:class:`~.pipeline_view.WayLog`) in its trace's metadata and its identity.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from lightning_streamprof import names
 from lightning_streamprof.profiling.exporter import TraceExporter
-from lightning_streamprof.profiling.schedule import OverheadBudget, Phase, Window, WindowSchedule
+from lightning_streamprof.profiling.pipeline_view import WayLog, choosing
+from lightning_streamprof.profiling.schedule import CHOICE_WAIT, OverheadBudget, Phase, Window, WindowSchedule
 from lightning_streamprof.profiling.session import KinetoSession, SessionBusy, Unrecorded
 from lightning_streamprof.profiling.storage import join_path
-from lightning_streamprof.results import TraceIdentity
+from lightning_streamprof.results import ChoiceWait, TraceIdentity, WindowWay, to_builtins
 
 
 class WindowRecorder:
@@ -35,7 +39,9 @@ class WindowRecorder:
     Between windows a boundary only counts the step (and times it for the budget's baseline). From a window's
     first warm-up step until its trace is exported and analysed, every step is charged to the budget; recorded
     steps get a ``ProfilerStep#N`` range (``N`` = ``offset`` + run-relative index) and Lightning's actions their
-    ``[pl][profile]`` ranges. ``clock`` gives seconds (``time.perf_counter``; tests inject theirs).
+    ``[pl][profile]`` ranges. ``clock`` gives seconds (``time.perf_counter``; tests inject theirs). ``pipelines()``
+    gives the staging callbacks that say what they do through a ``state`` (read only when a window is due or
+    recording).
     """
 
     def __init__(
@@ -53,6 +59,7 @@ class WindowRecorder:
         agree: Callable[[int, int], int] | None = None,
         on_window_end: Callable[[int, int, int | None, str], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        pipelines: Callable[[], Sequence[Any]] = tuple,
     ) -> None:
         self.schedule, self.budget, self.exporter = schedule, budget, exporter
         self._new_session = new_session
@@ -63,6 +70,7 @@ class WindowRecorder:
         # told of each recorded window (index, stop, next window's start, window directory)
         self._agree, self._on_window_end = agree, on_window_end
         self._clock = clock
+        self._pipelines = pipelines
         self.offset = 0  # global index of the run's first step (a resumed fit continues its numbering)
         self.watching = False  # inside a window or while its export runs: full action handling, steps charged
         self._window: Window | None = schedule.window(0)
@@ -82,6 +90,10 @@ class WindowRecorder:
         self._windows_done = 0
         #: window index -> the first step it would have recorded had the overhead budget not moved it
         self.moves: dict[int, int] = {}
+        #: window index -> how long it waited for a staging callback's first choice of way
+        self.waits: dict[int, ChoiceWait] = {}
+        self._held: tuple[int, str] | None = None  # the held window's planned start and whom it waits for
+        self._ways = WayLog()  # the open window's ways
 
     @property
     def recording(self) -> bool:
@@ -187,9 +199,13 @@ class WindowRecorder:
         elif phase is Phase.ACTIVE:
             if self._session is None:
                 self._session = self._call("prepare", self._open_session)
+            if step == window.start:
+                self._ways = WayLog()
+            self._ways.add(self._pipelines())  # the way this step runs: the trace's metadata starts with it
             if isinstance(self._session, KinetoSession) and not self._session.recording:
                 try:
-                    self._call("start", self._session.start, self._metadata(window), self.rank, self.world_size)
+                    self._call("start", self._session.start, self._metadata(window, self._ways.result()), self.rank,
+                               self.world_size)
                 except SessionBusy as err:
                     self._session = self._unrecorded(err)
             self._open_step = step
@@ -205,7 +221,10 @@ class WindowRecorder:
         on a window's start is here. Earlier windows still being written, or a store that is gone, skip it (a full
         store ends profiling); the overhead budget moves it to a later grid point. Not in a multi-rank run, whose
         windows are placed alike on every rank: there a window is recorded and left unwritten, and the ranks agree on
-        the budget's moves when the window before ends."""
+        the budget's moves when the window before ends. A staging callback's first choice of way holds a window in
+        every run: ``auto`` chooses at the same step on every rank (its timings are averaged across them)."""
+        if self._wait_for_choice(step):
+            return False
         if self._agree is not None:
             return True
         if not self.exporter.accepting:
@@ -216,6 +235,31 @@ class WindowRecorder:
                 self._place_next(current=step + 1)
             return False
         return not self._over_budget(step)
+
+    def _wait_for_choice(self, step: int) -> bool:
+        """While a staging callback has not made its first choice of way (``state.deciding``), the window placed at
+        ``step`` waits a step at a time, so that it records the way the run settles on; at most
+        :data:`~.schedule.CHOICE_WAIT` steps past the start the schedule gave it, then it records anyway. True while it
+        waits; how long it waited is kept in :attr:`waits`."""
+        window = self._window
+        if window is None:
+            return False
+        who = choosing(self._pipelines())
+        planned = self._held[0] if self._held is not None else window.start
+        start = step + 1 + window.start - window.warmup_start  # the window's first recorded step after one more
+        if who is not None and start - planned <= CHOICE_WAIT:
+            self._held = (planned, who)
+            self._window = dataclasses.replace(window, warmup_start=step + 1, start=start,
+                                               stop=start + window.stop - window.start)
+            self._warmup_start = step + 1
+            return True
+        if self._held is not None:
+            planned, waited_for = self._held
+            self._held = None
+            self.waits[window.index] = ChoiceWait(
+                window=window.index, planned=self.offset + planned, first_step=self.offset + window.start,
+                waited_for=waited_for, bound=CHOICE_WAIT if who is not None else None)
+        return False
 
     def _call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, its seconds kept in :attr:`first_window_calls` until the first window has ended."""
@@ -244,9 +288,13 @@ class WindowRecorder:
         return Unrecorded()
 
     # ------------------------------------------------------------------ windows
-    def _metadata(self, window: Window) -> dict[str, Any]:
-        info = {"run": self.run_name, "window": window.index, "first_step": self.offset + window.start,
-                "steps": window.stop - window.start, "host": socket.gethostname()}
+    def _metadata(self, window: Window, ways: WindowWay | None) -> dict[str, Any]:
+        """The trace's ``streamprof`` entry: run, window, first step, steps, host, and the ways a staging callback ran
+        its steps (``pipeline``)."""
+        info: dict[str, Any] = {"run": self.run_name, "window": window.index, "first_step": self.offset + window.start,
+                                "steps": window.stop - window.start, "host": socket.gethostname()}
+        if ways is not None:
+            info["pipeline"] = to_builtins(ways)
         return {names.TRACE_METADATA_KEY: info}
 
     def end_window(self) -> None:
@@ -259,12 +307,15 @@ class WindowRecorder:
         recorded = session.recording
         first = self.offset + window.start
         window_dir = join_path(self.run_dir, f"w{window.index:03d}-step{first:07d}")
+        ways, self._ways = self._ways.result(), WayLog()
         if recorded:
+            if ways is not None and (len(ways.ways) > 1 or ways.in_trials != ways.first.in_trials):
+                session.add_metadata(self._metadata(window, ways))  # the steps after the first ran other ways
             stopped = self._call("stop", session.stop)
             identity = TraceIdentity(
                 path=join_path(window_dir, f"rank{self.rank}.{time.time_ns()}.pt.trace.json.gz"), run=self.run_name,
                 window=window.index, first_step=first, rank=self.rank, world_size=self.world_size,
-                host=socket.gethostname(),
+                host=socket.gethostname(), pipeline=ways,
             )
             steps = (first, self.offset + min(window.stop, self._next_step))
             if self._agree is not None and not self.exporter.accepting:

@@ -4,6 +4,7 @@ next, and at the end of the stage the run's HTML report and StreamPipeline's rep
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -19,8 +20,8 @@ from lightning_streamprof.profiling.run_results import run_results, with_other_r
 from lightning_streamprof.profiling.storage import join_path, write_atomic
 from lightning_streamprof.report.cost import cost_sentence
 from lightning_streamprof.report.markdown import window_markdown
-from lightning_streamprof.report.summary import moved_note, render_windows
-from lightning_streamprof.results import DistributedStats, ProfilingCost, Result, RunResults
+from lightning_streamprof.report.summary import moved_note, render_windows, waited_note, way_note
+from lightning_streamprof.results import ChoiceWait, DistributedStats, PipelineRun, ProfilingCost, Result, RunResults
 
 #: windows (and distributed windows) the summary shows: the latest, so that it stays short in a long run
 SUMMARY_WINDOWS = 3
@@ -39,23 +40,29 @@ class RunReporter:
         self._written = False
 
     def window_text(self, analysis: Result, window: WindowResult, planned: int | None,
-                    cost: ProfilingCost | None) -> str:
-        """A window's ``analysis`` as markdown (``planned``: its first step before the overhead budget moved it)."""
-        return window_markdown(analysis, window.window, window.first_step, window.last_step,
+                    cost: ProfilingCost | None, wait: ChoiceWait | None = None,
+                    pipeline: PipelineRun | None = None) -> str:
+        """A window's ``analysis`` as markdown (``planned``: its first step before the overhead budget moved it;
+        ``wait``: how long it waited for a staging callback's choice), its recommendations given what the run's
+        StreamPipeline does now (``pipeline``, its own state)."""
+        return window_markdown(advised(analysis, pipeline), window.window, window.first_step, window.last_step,
                                moved=moved_note(window.window, window.first_step, planned), path=window.path,
-                               cost=cost_sentence(cost) if cost is not None else None)
+                               cost=cost_sentence(cost) if cost is not None else None,
+                               notes=[n for n in (waited_note(wait), way_note(window.window, window.pipeline)) if n])
 
     def write(self, windows: Sequence[WindowResult], written: int, moves: Mapping[int, int], *,
-              cost: ProfilingCost | None, notes: Sequence[str], pipeline_text: str, outside: Sequence[str]) -> None:
+              cost: ProfilingCost | None, notes: Sequence[str], pipeline_text: str, outside: Sequence[str],
+              waits: Mapping[int, ChoiceWait] | None = None, pipeline: PipelineRun | None = None) -> None:
         """On rank 0, once: ``report.html`` of the analysed ``windows`` (of ``written`` in all), with ``notes`` after
-        the budget's moves, and StreamPipeline's report (``pipeline_text``) beside it."""
+        the budget's moves and the waits for a staging callback's choice, the recommendations given what the run's
+        StreamPipeline does (``pipeline``, its own state), and StreamPipeline's report (``pipeline_text``) beside it."""
         if not self.due:
             return
-        run = run_results(windows, self.run_name)
+        run = run_results(windows, self.run_name, pipeline)
         if run is None:
             return
         self._written = True
-        notes = [*moved_notes(moves, windows), *notes]
+        notes = [*moved_notes(moves, windows, waits), *notes]
         if len(run.windows) < written:
             notes.append(f"This report holds the last {len(run.windows)} analysed of the {written} windows "
                          f"written; `streamprof report {self.run_dir}` reads them all.")
@@ -73,9 +80,11 @@ class RunReporter:
 
     def summary(self, windows: Sequence[WindowResult], written: int, moves: Mapping[int, int], *,
                 cost: ProfilingCost | None, problems: Sequence[str], outside: Sequence[str],
-                distributed: Sequence[DistributedStats], reports: Sequence[str], log_dirs: Sequence[str]) -> str:
+                distributed: Sequence[DistributedStats], reports: Sequence[str], log_dirs: Sequence[str],
+                waits: Mapping[int, ChoiceWait] | None = None, pipeline: PipelineRun | None = None) -> str:
         """The last windows' results, what went wrong (``problems``), what the fit spent ``outside`` its training
-        steps, the last distributed windows, the callbacks' ``reports`` and the commands to run next."""
+        steps, the last distributed windows, the callbacks' ``reports`` and the commands to run next; before the
+        run's report, each window's recommendations given what the run's StreamPipeline does now (``pipeline``)."""
         problems = [f"StreamProfiler: {line}" for line in problems]
         if not windows:
             return "\n".join(["StreamProfiler: no window was recorded.", *problems, *outside, *reports])
@@ -85,8 +94,21 @@ class RunReporter:
 
             footer += [render_distributed(d, top=self.row_limit) for d in distributed[-SUMMARY_WINDOWS:]]
         footer += [*reports, *next_commands(self.run_dir, self.report_path, log_dirs)]
+        if self.run is None and pipeline is not None:
+            windows = [dataclasses.replace(w, analysis=advised(w.analysis, pipeline)) if w.analysis else w
+                       for w in windows]
         return render_windows(windows, rank=self.rank, cost=cost, row_limit=self.row_limit, total=written,
-                              shown=SUMMARY_WINDOWS, run=self.run, moves=moves, footer=footer)
+                              shown=SUMMARY_WINDOWS, run=self.run, moves=moves, waits=waits, footer=footer)
+
+
+def advised(analysis: Result, pipeline: PipelineRun | None) -> Result:
+    """``analysis`` with its recommendations given what the run's StreamPipeline does (``pipeline``, its own state;
+    as analysed without it)."""
+    if pipeline is None:
+        return analysis
+    from lightning_streamprof.analysis import with_recommendations
+
+    return with_recommendations(analysis, pipeline)
 
 
 def _write(path: str, text: str) -> None:
@@ -175,7 +197,11 @@ def command(name: str) -> str:
     return name
 
 
-def moved_notes(moves: Mapping[int, int], windows: Sequence[WindowResult]) -> list[str]:
-    """One line per window that the overhead budget moved."""
-    notes = (moved_note(w.window, w.first_step, moves.get(w.window)) for w in sorted(windows, key=lambda w: w.window))
+def moved_notes(moves: Mapping[int, int], windows: Sequence[WindowResult],
+                waits: Mapping[int, ChoiceWait] | None = None) -> list[str]:
+    """One line per window that the overhead budget moved, and one per window that waited for a staging callback's
+    choice of way."""
+    notes = (note for w in sorted(windows, key=lambda w: w.window)
+             for note in (waited_note((waits or {}).get(w.window)), moved_note(w.window, w.first_step,
+                                                                               moves.get(w.window))))
     return [n for n in notes if n]

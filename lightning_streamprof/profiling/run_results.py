@@ -10,20 +10,21 @@ from collections.abc import Sequence
 import msgspec
 
 from lightning_streamprof.profiling.exporter import WindowResult
-from lightning_streamprof.results import RunResults, WindowResults
+from lightning_streamprof.results import PipelineRun, RunResults, WindowResults
 
 
-def run_results(windows: Sequence[WindowResult], run: str | None) -> RunResults | None:
-    """This process's analysed windows as a run (windows in order, merged with the rules applied); None
-    without an analysed window."""
+def run_results(windows: Sequence[WindowResult], run: str | None,
+                pipeline: PipelineRun | None = None) -> RunResults | None:
+    """This process's analysed windows as a run (windows in order, merged with the rules applied, given what the
+    run's StreamPipeline does: ``pipeline``, its own state); None without an analysed window."""
     from lightning_streamprof.analysis import combine
 
     done = sorted((w for w in windows if w.analysis is not None), key=lambda w: w.window)
     if not done:
         return None
     results = [w.analysis for w in done if w.analysis is not None]
-    merged = msgspec.structs.replace(combine(results, run), runs=[run] if run else [])
-    return RunResults(run=run, merged=merged, windows=[
+    merged = msgspec.structs.replace(combine(results, run, pipeline), runs=[run] if run else [])
+    return RunResults(run=run, merged=merged, pipeline=pipeline, windows=[
         WindowResults(window=w.window, first_step=w.first_step, ranks=[w.analysis]) for w in done if w.analysis])
 
 
@@ -64,7 +65,7 @@ def with_other_ranks(run: RunResults, windows: Sequence[WindowResult], world_siz
             missing[w.window] = missing_here
         out.append(msgspec.structs.replace(w, ranks=[ranks[r] for r in sorted(ranks, key=lambda r: r or 0)]))
     every = [r for w in out for r in w.ranks]
-    merged = msgspec.structs.replace(combine(every, run.run), runs=[run.run] if run.run else [])
+    merged = msgspec.structs.replace(combine(every, run.run, run.pipeline), runs=[run.run] if run.run else [])
     notes = []
     if missing:
         listed = "; ".join(f"window {w}: rank(s) {', '.join(map(str, r))}" for w, r in sorted(missing.items()))

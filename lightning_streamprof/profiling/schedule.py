@@ -24,6 +24,11 @@ TAIL_STEPS = 2
 CAP_FACTOR = 3.0
 #: the share of ``max_overhead`` that the budget plans windows for (the rest is a margin)
 PLAN_SHARE = 0.75
+#: the most steps a window waits past the step the schedule placed it on while a staging callback has not made its
+#: first choice of way (StreamPipeline's ``auto``: its warm-up and first trials, which on CUDA end after about 10 + 130
+#: to 400 steps), so that the window records the way the run settles on; a window still waiting then records anyway,
+#: and its note says it recorded before the choice
+CHOICE_WAIT = 500
 
 
 class Phase(enum.Enum):

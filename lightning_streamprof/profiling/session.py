@@ -118,6 +118,10 @@ class KinetoSession:
             info = {"backend": "none", "rank": rank, "world_size": world_size, "pg_count": 0}
             # json.dumps writes `"rank": 0` with a space, the form HTA's rank pattern reads (orjson writes none)
             self._prof.add_metadata_json("distributedInfo", json.dumps(info))
+        self.add_metadata(metadata)
+
+    def add_metadata(self, metadata: dict[str, Any]) -> None:
+        """``metadata`` in the trace under each of its keys, while recording (a key given again keeps the last)."""
         for key, value in metadata.items():
             self._prof.add_metadata_json(key, orjson.dumps(value).decode())
 

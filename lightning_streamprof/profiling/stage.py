@@ -23,6 +23,7 @@ from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
 from lightning_streamprof.profiling.loggers import OVERHEAD_TAG, LoggerFanOut
 from lightning_streamprof.profiling.loop_time import CHECKPOINT, LoopTime, trainer_loaders
 from lightning_streamprof.profiling.metrics import headline_metrics
+from lightning_streamprof.profiling.pipeline_view import run_pipeline, stateful
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.run_dir import new_run_name
 from lightning_streamprof.profiling.run_report import RunReporter
@@ -30,7 +31,7 @@ from lightning_streamprof.profiling.schedule import OverheadBudget
 from lightning_streamprof.profiling.settings import ProfilerSettings
 from lightning_streamprof.profiling.storage import join_path
 from lightning_streamprof.profiling.window_sessions import SessionMaker, staging_callbacks
-from lightning_streamprof.results import DistributedStats, ProfilingCost
+from lightning_streamprof.results import DistributedStats, PipelineRun, ProfilingCost
 
 
 class ProfiledStage:
@@ -58,12 +59,13 @@ class ProfiledStage:
         self.loop_time = LoopTime() if stage == "fit" else None
         self._step_suffix, self._fit = step_action(stage), stage == "fit"
         self.quiet = QuietActions(self._step_suffix)
+        self._stateful: tuple[Any, ...] | None = None  # the staging callbacks with a state, found at the first ask
         agg = self.aggregator
         self.recorder = WindowRecorder(
             settings.schedule, OverheadBudget(settings.max_overhead), self.exporter,
             lambda: sessions(staging_callbacks(trainer())), self._global_step, run_name=run_name, run_dir=run_dir,
             rank=self.rank, world_size=world_size, agree=agg.agree_defer if agg is not None else None,
-            on_window_end=agg.window_ended if agg is not None else None)
+            on_window_end=agg.window_ended if agg is not None else None, pipelines=self._pipelines)
         self.end_seconds: float | None = None  # what the end of the stage took, once it ended
         self._failed = False
         self._seen_exception = 0
@@ -88,6 +90,20 @@ class ProfiledStage:
 
     def _global_step(self) -> int:
         return int(getattr(self._trainer(), "global_step", 0))
+
+    def _pipelines(self) -> tuple[Any, ...]:
+        """The Trainer's staging callbacks that say what they do through a ``state`` (found once: a Trainer's
+        callbacks are set when it is made)."""
+        if self._stateful is None:
+            trainer = self._trainer()
+            if trainer is None:
+                return ()
+            self._stateful = stateful(staging_callbacks(trainer))
+        return self._stateful
+
+    def pipeline(self) -> PipelineRun | None:
+        """What the run's staging callback does now, from its own state (None without one)."""
+        return run_pipeline(self._pipelines())
 
     @property
     def in_window(self) -> bool:
@@ -159,13 +175,15 @@ class ProfiledStage:
         self.warn_problems()
         exporter = self.exporter
         ready, exporter.ready = exporter.ready, []
+        pipeline = self.pipeline() if ready else None
         for result in ready:
             if self.aggregator is not None:
                 self.aggregator.add_local(result.window, result.analysis, result.global_step)
             if result.analysis is None:
                 continue
             cost = self.cost
-            text = self.reporter.window_text(result.analysis, result, self.recorder.moves.get(result.window), cost)
+            text = self.reporter.window_text(result.analysis, result, self.recorder.moves.get(result.window), cost,
+                                             self.recorder.waits.get(result.window), pipeline)
             metrics = result.metrics if result.metrics is not None else headline_metrics(result.analysis)
             if cost is not None:
                 metrics = {**metrics, OVERHEAD_TAG: cost.fraction}
@@ -233,7 +251,8 @@ class ProfiledStage:
         outside, advice = self.outside_training()
         text = "\n".join(cb.report() for cb in staging_callbacks(self._trainer()))
         self.reporter.write(self.exporter.results, self.exporter.written, self.recorder.moves, cost=self.cost,
-                            notes=[*self._sessions.notes(), *advice], pipeline_text=text, outside=outside)
+                            notes=[*self._sessions.notes(), *advice], pipeline_text=text, outside=outside,
+                            waits=self.recorder.waits, pipeline=self.pipeline())
 
     def outside_training(self) -> tuple[list[str], list[str]]:
         """What the fit spent outside its training steps (validation, epoch starts, checkpoints), and the advice
@@ -253,7 +272,8 @@ class ProfiledStage:
         return self.reporter.summary(
             self.windows(), self.exporter.written, self.recorder.moves, cost=self.cost,
             problems=self.exporter.problems.lines(), outside=[*outside, *advice], distributed=self.distributed,
-            reports=[cb.report() for cb in staging_callbacks(self._trainer())], log_dirs=self.loggers.log_dirs())
+            reports=[cb.report() for cb in staging_callbacks(self._trainer())], log_dirs=self.loggers.log_dirs(),
+            waits=self.recorder.waits, pipeline=self.pipeline())
 
     def close(self) -> None:
         """Finish, then stop the exporter's threads and worker, once (the windows stay readable)."""

@@ -18,8 +18,10 @@ from lightning_streamprof.report import distributed, svg
 from lightning_streamprof.report.cost import cost_sentence
 from lightning_streamprof.report.findings import findings
 from lightning_streamprof.report.page import cards, note, page, table
+from lightning_streamprof.report.summary import settled, way_note
 from lightning_streamprof.report.units import mib, ms, pct_text
-from lightning_streamprof.results import CATEGORIES, ProfilingCost, Result, RunResults, Steps, WindowResults
+from lightning_streamprof.results import (CATEGORIES, PipelineRun, ProfilingCost, Result, RunResults, Steps,
+                                          TraceIdentity, WindowResults)
 
 TOP = 50
 _CHARTS = 12
@@ -71,8 +73,18 @@ def _overview(result: Result, notes: Sequence[str], cost: ProfilingCost | None =
                       f"of the training time: {cost.seconds:.2f} s of {cost.training_seconds:.2f} s"))
     extra = f'<p class="note">{for_html(cost_sentence(cost))}</p>' if cost is not None else ""
     extra += "".join(f'<p class="note">{for_html(n)}</p>' for n in outside)
-    extra += "".join(f'<p class="note warn">{for_html(n)}</p>' for n in notes)
+    extra += "".join(f'<p class="note warn">{for_html(n)}</p>' for n in [*notes, *unsettled_notes(result)])
     return cards(items) + extra
+
+
+def unsettled_notes(result: Result) -> list[str]:
+    """One line for each window recorded during a staging callback's trials or before its choice, with the ways it
+    recorded (from the traces' metadata)."""
+    seen: dict[int | None, str] = {}
+    for t in result.traces:
+        if t.window not in seen and not settled(t.pipeline):
+            seen[t.window] = way_note(t.window, t.pipeline) or ""
+    return [line for _, line in sorted(seen.items(), key=lambda x: x[0] or 0) if line]
 
 
 def _window_label(w: WindowResults, steps: Steps) -> str:
@@ -221,7 +233,26 @@ def _recommendations(result: Result, windows: Sequence[WindowResults]) -> str:
     return "".join(out)
 
 
-def _pipeline(result: Result, pipeline_text: str | None) -> str:
+def _recorded(traces: Sequence[TraceIdentity]) -> PipelineRun | None:
+    """The staging callback's state at the latest window whose trace recorded one."""
+    ways = [t.pipeline for t in sorted(traces, key=lambda t: -1 if t.window is None else t.window) if t.pipeline]
+    return ways[-1].first if ways else None
+
+
+def _pipeline_card(result: Result, state: PipelineRun | None) -> tuple[str, str, str]:
+    """What the run's StreamPipeline did: its own state at the run's end (``state``), else the latest window's, else
+    whether its ranges are in the traces."""
+    work = result.pipeline
+    if state is not None:
+        return (state.name, state.way, f"mode={state.mode}, at the end of the run")
+    recorded = _recorded(result.traces)
+    if recorded is not None:
+        return (recorded.name, recorded.way, f"mode={recorded.mode}, in the latest window")
+    return ("StreamPipeline in the traces", "staging" if work.pipelined else "not used",
+            "its ranges are in the steps" if work.pipelined else "add StreamPipeline() to the callbacks")
+
+
+def _pipeline(result: Result, pipeline_text: str | None, state: PipelineRun | None = None) -> str:
     work = result.pipeline
     parts = []
     if pipeline_text:
@@ -229,8 +260,7 @@ def _pipeline(result: Result, pipeline_text: str | None) -> str:
     if work.steps:
         n = work.steps
         parts.append(cards([
-            ("StreamPipeline in the traces", "staging" if work.pipelined else "not used",
-             "its ranges are in the steps" if work.pipelined else "add StreamPipeline() to the callbacks"),
+            _pipeline_card(result, state),
             ("on_after_batch_transfer", f"{ms(work.hook_ns) / n:.3f} ms",
              "per step: " + ", ".join(work.hook_names[:3])),
             ("frozen modules' forward", f"{ms(work.frozen_ns) / n:.3f} ms",
@@ -239,9 +269,20 @@ def _pipeline(result: Result, pipeline_text: str | None) -> str:
     return "".join(parts)
 
 
+def _ways(t: TraceIdentity) -> str | None:
+    """The ways a staging callback ran a trace's steps, marked when they were auto's trials or before its choice."""
+    if t.pipeline is None:
+        return None
+    ways = ", ".join(t.pipeline.ways) or t.pipeline.first.way
+    if settled(t.pipeline):
+        return ways
+    when = "during auto's trials" if t.pipeline.in_trials else "before its choice"
+    return f"{ways} (recorded {when})"
+
+
 def _traces(result: Result) -> str:
     columns = [("path", lambda t: t.path), ("window", lambda t: t.window), ("first step", lambda t: t.first_step),
-               ("rank", lambda t: t.rank), ("host", lambda t: t.host)]
+               ("rank", lambda t: t.rank), ("host", lambda t: t.host), ("way (StreamPipeline)", _ways)]
     return table(columns, result.traces)
 
 
@@ -260,7 +301,7 @@ def run_sections(run: RunResults, *, pipeline_text: str | None = None, notes: Se
         (f"{p}memory", "Memory", _memory(r)),
         (f"{p}distributed", "Distributed", distributed.render(r)),
         (f"{p}recommendations", "Recommendations", _recommendations(r, run.windows)),
-        (f"{p}pipeline", "StreamPipeline", _pipeline(r, pipeline_text)),
+        (f"{p}pipeline", "StreamPipeline", _pipeline(r, pipeline_text, run.pipeline)),
         (f"{p}traces", "Traces", _traces(r)),
     ]
 

@@ -8,6 +8,7 @@ as an image, a link or HTML (TensorBoard's sanitiser lets ``<img src>`` and ``<a
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from lightning_streamprof.escape import for_terminal
 from lightning_streamprof.report.units import ms_text, pct_text
@@ -39,12 +40,15 @@ def _short(name: str, width: int = 80) -> str:
 
 
 def window_markdown(result: Result, window: int, first_step: int, last_step: int, *,
-                    moved: str | None = None, path: str | None = None, cost: str | None = None) -> str:
+                    moved: str | None = None, path: str | None = None, cost: str | None = None,
+                    notes: Sequence[str] = ()) -> str:
     """GPU metrics, the step breakdown (ms), the top kernels and operators and the recommendations of a window;
-    ``moved`` says that the overhead budget moved the window, ``cost`` what profiling has cost so far."""
+    ``moved`` says that the overhead budget moved the window, ``notes`` more of the same kind (its wait for a staging
+    callback's choice, the way that callback ran it), ``cost`` what profiling has cost so far."""
     lines = [f"**StreamProfiler window {window}**: steps {first_step}-{last_step}"]
-    if moved:
-        lines += ["", f"*Note: {_escape(moved)}.*"]
+    for line in (moved, *notes):
+        if line:
+            lines += ["", f"*Note: {_escape(line)}.*"]
     if cost:
         lines += ["", f"*{_escape(cost)}*"]
     if path:

@@ -30,6 +30,7 @@ from lightning_streamprof.results.distributed import (
 from lightning_streamprof.results.merge import group_runs, merge
 from lightning_streamprof.results.schema import (
     CATEGORIES,
+    ChoiceWait,
     DeviceMemory,
     GpuMetrics,
     GpuTimeline,
@@ -39,6 +40,7 @@ from lightning_streamprof.results.schema import (
     OperatorMemory,
     operators_self_ns,
     OperatorStats,
+    PipelineRun,
     PipelineWork,
     Recommendation,
     Result,
@@ -56,10 +58,12 @@ from lightning_streamprof.results.schema import (
     TensorCoreUse,
     TraceIdentity,
     WindowResults,
+    WindowWay,
 )
 
 __all__ = [
     "CATEGORIES",
+    "ChoiceWait",
     "CollectiveCalls",
     "CommOpStats",
     "DistributedStats",
@@ -81,6 +85,7 @@ __all__ = [
     "OperatorMemory",
     "operators_self_ns",
     "OperatorStats",
+    "PipelineRun",
     "PipelineWork",
     "ProfilingCost",
     "Recommendation",
@@ -101,6 +106,7 @@ __all__ = [
     "to_json",
     "TraceIdentity",
     "WindowResults",
+    "WindowWay",
 ]
 
 _ENCODER = msgspec.json.Encoder()

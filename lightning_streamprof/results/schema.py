@@ -16,8 +16,56 @@ class _Result(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
     """Base of every result struct: immutable, keyword-built, encoded with every field."""
 
 
+class PipelineRun(_Result):
+    """What a staging callback (:class:`~lightning_streamprof.StreamPipeline`) does at one moment, from its own state
+    (``StreamPipeline.state``), for the recommendations and the reports: its ``mode``; the ``way`` batches run (its
+    label) and whether that way stages batch N+1 ahead (``staged``), on the staging thread (``thread``), with the
+    backbone's forward as a CUDA graph (``graph``); ``graphed``: the staged frozen calls replayed a CUDA graph in this
+    fit; ``deciding``: ``auto`` has not settled on its first choice yet; ``in_trials``: ``auto`` is timing ways (the
+    way changes from block to block); ``staged_calls``: frozen calls run ahead; ``name``: the callback's, for people."""
+
+    mode: str
+    name: str = "StreamPipeline"
+    way: str = "serial"
+    staged: bool = False
+    thread: bool = False
+    graph: bool = False
+    graphed: bool = False
+    deciding: bool = False
+    in_trials: bool = False
+    staged_calls: int = 0
+
+    @property
+    def settled(self) -> bool:
+        """The way is chosen: neither ``auto``'s first choice nor its trials are under way."""
+        return not (self.deciding or self.in_trials)
+
+
+class WindowWay(_Result):
+    """The way a staging callback ran a window's recorded steps, as the profiler recorded it in the trace's metadata:
+    the state at the window's first recorded step (``first``), every way's label over its recorded steps in the order
+    they came (``ways``), and whether ``auto`` was timing ways during any of them (``in_trials``)."""
+
+    first: PipelineRun
+    ways: list[str] = []
+    in_trials: bool = False
+
+
+class ChoiceWait(_Result):
+    """A window held while a staging callback (``waited_for``) chose its way: the schedule placed its first recorded
+    step at ``planned``, it recorded from ``first_step``; ``bound`` (the most steps a window waits) when the choice
+    had not come by then and the window recorded anyway."""
+
+    window: int
+    planned: int
+    first_step: int
+    waited_for: str
+    bound: int | None = None
+
+
 class TraceIdentity(_Result):
-    """Where a trace comes from: its run, profiling window (index and first step), global rank and host."""
+    """Where a trace comes from: its run, profiling window (index and first step), global rank and host, and the way a
+    staging callback ran its steps (``pipeline``, None without one)."""
 
     path: str
     run: str | None = None
@@ -26,6 +74,7 @@ class TraceIdentity(_Result):
     rank: int | None = None
     world_size: int | None = None
     host: str | None = None
+    pipeline: WindowWay | None = None
 
 
 class GpuTimeline(_Result):
@@ -293,11 +342,13 @@ class WindowResults(_Result):
 
 
 class RunResults(_Result):
-    """One run: its windows in order, and all of its traces merged."""
+    """One run: its windows in order, and all of its traces merged; ``pipeline``: what the run's staging callback
+    did at its end, from its own state (the live run's; None post hoc or without one)."""
 
     run: str | None
     windows: list[WindowResults]
     merged: Result
+    pipeline: PipelineRun | None = None
 
 
 def _ratio(a: float, b: float) -> float:

@@ -2,7 +2,8 @@
 
 StreamProfiler writes ``<dirpath>/<run>/w<window>-step<first step>/rank<global rank>.<ns>.pt.trace.json.gz``
 (``<run>`` is ``<stage>-<time>``) and records ``distributedInfo`` and a ``streamprof`` entry (run, window,
-first step, host) in the trace. For other traces the run is the directory that holds them.
+first step, host, and the way StreamPipeline ran the window's steps) in the trace. For other traces the run is the
+directory that holds them.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import posixpath
 import re
 from typing import Any
 
+import msgspec
+
 from lightning_streamprof.names import TRACE_METADATA_KEY
-from lightning_streamprof.results import TraceIdentity
+from lightning_streamprof.results import TraceIdentity, WindowWay
 
 _WINDOW_DIR = re.compile(r"^w(\d+)-step(\d+)$")
 _RANK_FILE = re.compile(r"^rank(\d+)\.")
@@ -45,8 +48,28 @@ def trace_identity(path: str, metadata: dict[str, Any], root: str | None = None)
     return TraceIdentity(
         path=str(path), run=run, window=window, first_step=first_step, rank=rank,
         world_size=_int(info.get("world_size")) if isinstance(info, dict) else None,
-        host=_host(ours, metadata),
+        host=_host(ours, metadata), pipeline=_pipeline(ours),
     )
+
+
+#: the most ways, and the longest label, that a window's ``pipeline`` entry is read with
+_WAYS, _LABEL = 16, 200
+
+
+def _pipeline(ours: Any) -> WindowWay | None:
+    """Our ``streamprof`` entry's ``pipeline`` (the way StreamPipeline ran the window's steps), None when absent or
+    not of its form (it is a note about the trace, never a reason to refuse it)."""
+    value = ours.get("pipeline") if isinstance(ours, dict) else None
+    if not isinstance(value, dict):
+        return None
+    try:
+        way = msgspec.convert(value, WindowWay)
+    except msgspec.ValidationError:
+        return None
+    labels = [way.first.way, way.first.mode, *way.ways]
+    if len(way.ways) > _WAYS or any(len(label) > _LABEL for label in labels) or not 0 <= way.first.staged_calls < 2**31:
+        return None
+    return way
 
 
 def _host(ours: Any, metadata: dict[str, Any]) -> str | None:

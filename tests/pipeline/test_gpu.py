@@ -106,9 +106,9 @@ def test_cuda_graph_backbone_equals_serial(case, threaded):
 
 
 def test_auto_measures_serial_inline_thread_and_graph_and_equals_serial():
-    serial, _ = run(None, accelerator="gpu", max_epochs=3)
-    piped, trainer = run("auto", accelerator="gpu", max_epochs=3,
-                         callback_kwargs=dict(backbone="backbone", warmup=2, trial=4, recheck=100))
+    serial, _ = run(None, accelerator="gpu", max_epochs=20)  # 240 steps: the first round's two comparisons
+    piped, trainer = run("auto", accelerator="gpu", max_epochs=20,
+                         callback_kwargs=dict(backbone="backbone", warmup=2, trial=4, recheck=1000))
     pipe = trainer.callbacks[0]
     assert {w.key for w in pipe._fit.steering.auto.history[0].ms} == {"serial", "inline", "thread+graph"}
     assert "paired blocks" in pipe.report() and "x the speed of serial" in pipe.report()
@@ -150,8 +150,8 @@ def test_extra_memory_is_bounded_by_the_staging_depth(depth):
 
 
 def test_auto_without_a_backbone_does_not_try_a_graph():
-    piped, trainer = run("auto", accelerator="gpu", max_epochs=3,
-                         callback_kwargs=dict(backbone=False, warmup=2, trial=4, recheck=100))
+    piped, trainer = run("auto", accelerator="gpu", max_epochs=20,
+                         callback_kwargs=dict(backbone=False, warmup=2, trial=4, recheck=1000))
     assert {w.key for w in trainer.callbacks[0]._fit.steering.auto.history[0].ms} == {"serial", "inline", "thread"}
 
 
