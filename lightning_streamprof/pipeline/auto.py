@@ -6,9 +6,11 @@ After ``warmup`` steps a round of trials compares ways two at a time in paired b
 (:mod:`~lightning_streamprof.pipeline.paired`: the two ways alternate in short blocks, each block read against
 its neighbours, so that the host's drift cancels out), and decides by the median ratio's interval:
 
-1. serial against the safe way (or the pipelined way in force): serial takes over only when the safe way is
-   measurably *slower* beside it; when it is unclear, the safe way runs;
-2. in the first round, each other pipelined way against the winner: it takes over only when measurably *faster*.
+1. the safe way (or the pipelined way in force) against serial: serial takes over only when measurably *faster*
+   beside it; when it is unclear, the pipelined way runs. The way in force is the base of the blocks (it runs the
+   one block more);
+2. in the first round, unless the safe way was measurably faster than serial, each other pipelined way against
+   the winner: it takes over only when measurably *faster*.
 
 The choice then runs for ``recheck`` steps and a round of step 1 alone runs again (serial against the pipelined
 way in force, or against the safe way when serial runs: the upgrade path); each round that keeps the choice
@@ -65,6 +67,11 @@ def trial_order(ways: Sequence[Way]) -> list[Way]:
     return sorted((w for w in ways if w != SERIAL), key=lambda w: (not w.graph, not w.thread))
 
 
+def _serial_speedup(verdict: Verdict) -> float:
+    """Serial's speed over the other way's in a verdict of serial and a pipelined way."""
+    return verdict.ratio if verdict.candidate == SERIAL else 1.0 / verdict.ratio
+
+
 @dataclass
 class _Watch:
     """A steady-state window's timed span: its start, and the steps and seconds left out of it."""
@@ -111,6 +118,7 @@ class AutoSwitch:
         self._left = warmup  # steps to the next round
         self._blocks: PairedBlocks | None = None  # the comparison under way
         self._queue: list[Way] = []  # the ways still to compare with the winner in this round
+        self._doubt: Way = self.safe  # the pipelined way that serial is timed against in this round
         self._verdicts: list[Verdict] = []
         self._reason = "first"
         self._suspect: float | None = None  # the steady-state ms per step that called this round
@@ -172,9 +180,12 @@ class AutoSwitch:
         first = not self.history
         self._reason = reason or ("first" if first else "recheck")
         self._verdicts, self._wait, self._round_steps = [], 0.0, 0
-        pipelined = self.choice if self.choice != SERIAL else self.safe
-        self._queue = [w for w in trial_order(self.ways) if w != pipelined] if first else []
-        self._compare(SERIAL, pipelined)
+        self._doubt = self.choice if self.choice != SERIAL else self.safe  # the way an unclear verdict keeps
+        self._queue = [w for w in trial_order(self.ways) if w != self._doubt] if first else []
+        if self.choice == SERIAL:
+            self._compare(SERIAL, self._doubt)
+        else:  # the way in force is the base: it runs the one block more
+            self._compare(self._doubt, SERIAL)
 
     def _compare(self, base: Way, candidate: Way) -> None:
         self._blocks = PairedBlocks(base, candidate, self.rule, self.clock, self.sync, self.reduce)
@@ -188,17 +199,19 @@ class AutoSwitch:
             return self._same[self.choice]
         self._verdicts.append(verdict)
         winner = self._winner(verdict)
+        if len(self._verdicts) == 1 and _serial_speedup(verdict) < 1.0 and verdict.outcome != "unclear":
+            self._queue = []  # the safe way is measurably faster than serial: it stays
         if self._queue:
             self._compare(winner, self._queue.pop(0))
             return self._same[self.choice]
         return self._decide(winner)
 
-    @staticmethod
-    def _winner(verdict: Verdict) -> Way:
-        """Serial against a pipelined way: the pipelined one unless measurably slower. A pipelined way against
-        the winner so far: the newcomer only when measurably faster."""
-        if verdict.base == SERIAL:
-            return SERIAL if verdict.outcome == "slower" else verdict.candidate
+    def _winner(self, verdict: Verdict) -> Way:
+        """Serial against the way in doubt: serial only when measurably faster. Any other pair: the candidate only
+        when measurably faster."""
+        if {verdict.base, verdict.candidate} == {SERIAL, self._doubt}:
+            serial_faster = verdict.outcome == ("faster" if verdict.candidate == SERIAL else "slower")
+            return SERIAL if serial_faster else self._doubt
         return verdict.candidate if verdict.outcome == "faster" else verdict.base
 
     def _decide(self, choice: Way) -> Decision:

@@ -15,7 +15,7 @@ from lightning_streamprof.pipeline.way import SERIAL, Way
 @dataclass(frozen=True)
 class Round:
     """One round of trials, ended at training step ``step``: why it ran (``first``, ``recheck``, ``watch``,
-    ``phase``), its paired comparisons in order (the first: serial against a pipelined way), the ``choice``, and
+    ``phase``), its paired comparisons in order (the first: a pipelined way and serial), the ``choice``, and
     the ms per step the loop waited for the loader during it."""
 
     step: int
@@ -31,6 +31,8 @@ class Round:
         for v in self.verdicts:
             if v.base in speed:
                 speed[v.candidate] = speed[v.base] * v.ratio
+            elif v.candidate in speed:
+                speed[v.base] = speed[v.candidate] / v.ratio
         return speed
 
     @property
@@ -75,7 +77,8 @@ class Revert:
     @property
     def gain(self) -> float:
         """The way's throughput over serial's in the paired blocks, minus one (below zero: it lost)."""
-        return self.verdict.ratio - 1.0
+        v = self.verdict
+        return (1.0 / v.ratio if v.candidate == SERIAL else v.ratio) - 1.0
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def _auto_lines(auto: AutoSwitch) -> list[str]:
     for rv in auto.reverts:
         lines.append(f"  steady state: {rv.way.label} {rv.watched_ms:.3f} ms/step over {auto.watch} training steps,"
                      f" over {100 * auto.watch_tolerance:.0f}% slower than in its blocks; serial measurably faster"
-                     f" beside it ({rv.verdict.ratio:.3f}x) -> serial from step {rv.step}")
+                     f" beside it (the way at {1 + rv.gain:.3f}x serial's speed) -> serial from step {rv.step}")
     return lines
 
 

@@ -11,7 +11,10 @@ median, with a distribution-free confidence interval for the median from the rat
 binomial sign-test interval, no assumption on the noise's shape, robust to the outliers a step change makes). The
 candidate is *faster* when the whole interval lies above 1, *slower* when it lies below, *unclear* otherwise. The
 blocks stop early, after :attr:`PairedRule.min_pairs`, once the interval is clear, and at
-:attr:`PairedRule.max_pairs` in any case.
+:attr:`PairedRule.max_pairs` in any case. A difference far beyond what drift and noise make stops them sooner:
+after :attr:`PairedRule.quick_pairs`, when every ratio lies beyond ``1 + clear`` (or below its inverse), for a
+difference no host's drift gives to every pair (a ±10% wave and a 15% step change move one ratio by at most
+about 15%).
 
 The first :attr:`PairedRule.settle` steps after each switch are not timed (the switch itself costs a step), nor
 are steps the caller leaves out (a profiler window, validation, a checkpoint): a block runs one step longer for
@@ -34,13 +37,16 @@ Outcome = Literal["faster", "slower", "unclear"]
 @dataclass(frozen=True)
 class PairedRule:
     """How paired blocks are run and read: ``block`` timed steps per block after ``settle`` untimed ones; at least
-    ``min_pairs`` and at most ``max_pairs`` candidate blocks; the interval's ``confidence``."""
+    ``min_pairs`` and at most ``max_pairs`` candidate blocks; the interval's ``confidence``; ``quick_pairs`` after
+    which a ``clear`` difference in every pair (above ``1 + clear``, or below its inverse) stops the blocks."""
 
     block: int = 8
     settle: int = 2
     min_pairs: int = 6
     max_pairs: int = 12
     confidence: float = 0.95
+    quick_pairs: int = 3
+    clear: float = 0.25
 
     def __post_init__(self) -> None:
         if self.block < 1 or self.settle < 0:
@@ -102,6 +108,17 @@ class Verdict:
         return (f"{self.candidate.label}: {self.ratio:.3f}x the speed of {self.base.label} (95% interval {lo:.3f}-"
                 f"{hi:.3f}, {len(self.ratios)} paired blocks, {self.steps} steps; {self.candidate_ms:.3f} against"
                 f" {self.base_ms:.3f} ms per step) -> {self.outcome}")
+
+
+def clear_outcome(ratios: Sequence[float], rule: PairedRule) -> Outcome | None:
+    """``faster`` or ``slower`` when at least ``quick_pairs`` ratios all lie beyond the ``clear`` difference."""
+    if len(ratios) < rule.quick_pairs:
+        return None
+    if min(ratios) > 1.0 + rule.clear:
+        return "faster"
+    if max(ratios) < 1.0 / (1.0 + rule.clear):
+        return "slower"
+    return None
 
 
 def read_ratios(ratios: Sequence[float], rule: PairedRule) -> Outcome:
@@ -214,7 +231,10 @@ class PairedBlocks:
         ratios = self.ratios()
         outcome = read_ratios(ratios, self.rule)
         pairs = len(ratios)
-        if pairs < self.rule.max_pairs and (pairs < self.rule.min_pairs or outcome == "unclear"):
+        quick = clear_outcome(ratios, self.rule) if pairs < self.rule.min_pairs else None
+        if quick is not None:
+            outcome = quick
+        elif pairs < self.rule.max_pairs and (pairs < self.rule.min_pairs or outcome == "unclear"):
             return None
         base = [ms for way, ms in self._blocks if way == self.base]
         candidate = [ms for way, ms in self._blocks if way == self.candidate]

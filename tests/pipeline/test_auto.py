@@ -58,10 +58,12 @@ def test_the_run_starts_on_the_safe_way_the_one_mode_on_runs():
 def test_serial_only_when_the_pipelined_way_is_measurably_slower():
     fast, clock = switch_of()
     r = until_decided(fast, clock, {SERIAL: 4.0, INLINE: 2.0})
-    assert fast.choice == INLINE and r.gain == pytest.approx(1.0) and r.verdicts[0].outcome == "faster"
+    # the way in force is the base of the blocks, serial the candidate: serial is slower
+    assert (r.verdicts[0].base, r.verdicts[0].candidate, r.verdicts[0].outcome) == (INLINE, SERIAL, "slower")
+    assert fast.choice == INLINE and r.gain == pytest.approx(1.0)
     slow, clock = switch_of()
     r = until_decided(slow, clock, {SERIAL: 2.0, INLINE: 2.2})
-    assert slow.choice == SERIAL and r.verdicts[0].outcome == "slower" and r.gain == pytest.approx(2.0 / 2.2 - 1)
+    assert slow.choice == SERIAL and r.verdicts[0].outcome == "faster" and r.gain == pytest.approx(2.0 / 2.2 - 1)
 
 
 def test_in_doubt_the_safe_way_runs():
@@ -75,20 +77,31 @@ def test_in_doubt_the_safe_way_runs():
     assert r.verdicts[0].outcome == "unclear" and r.choice == INLINE == switch.choice
 
 
-def test_the_first_round_tries_the_other_pipelined_ways_against_the_winner():
+def test_the_first_round_tries_the_other_pipelined_ways_only_when_the_safe_way_did_not_beat_serial():
     ways = (SERIAL, INLINE, GRAPH)
+    # the safe way measurably faster than serial: it stays, nothing else is tried (what mode="on" gets)
     switch, clock = switch_of(ways)
     r = until_decided(switch, clock, {SERIAL: 8.0, INLINE: 5.0, GRAPH: 6.0})
-    assert [(v.base, v.candidate, v.outcome) for v in r.verdicts] == [(SERIAL, GRAPH, "faster"),
-                                                                      (GRAPH, INLINE, "faster")]
-    assert switch.choice == INLINE and r.gain == pytest.approx(8.0 / 5.0 - 1)
-    # one not measurably faster than the winner does not take over
+    assert [(v.base, v.candidate, v.outcome) for v in r.verdicts] == [(GRAPH, SERIAL, "slower")]
+    assert switch.choice == GRAPH and r.gain == pytest.approx(8.0 / 6.0 - 1)
+    # the safe way slower than serial: the others are timed against the winner, and win only when faster
     switch, clock = switch_of(ways)
-    r = until_decided(switch, clock, {SERIAL: 8.0, INLINE: 6.5, GRAPH: 6.0})
-    assert switch.choice == GRAPH and r.verdicts[1].outcome == "slower"
-    # a later round compares serial with the choice only
-    r = until_decided(switch, clock, {SERIAL: 8.0, INLINE: 6.5, GRAPH: 6.0})
+    r = until_decided(switch, clock, {SERIAL: 5.0, INLINE: 4.0, GRAPH: 6.0})
+    assert [(v.base, v.candidate, v.outcome) for v in r.verdicts] == [(GRAPH, SERIAL, "faster"),
+                                                                      (SERIAL, INLINE, "faster")]
+    assert switch.choice == INLINE and r.gain == pytest.approx(5.0 / 4.0 - 1)
+    switch, clock = switch_of(ways)
+    r = until_decided(switch, clock, {SERIAL: 5.0, INLINE: 5.5, GRAPH: 6.0})
+    assert switch.choice == SERIAL and [v.outcome for v in r.verdicts] == ["faster", "slower"]
+    # a later round compares serial with the choice only, from serial against the safe way (the upgrade path)
+    r = until_decided(switch, clock, {SERIAL: 5.0, INLINE: 5.5, GRAPH: 6.0})
     assert r.reason == "recheck" and [(v.base, v.candidate) for v in r.verdicts] == [(SERIAL, GRAPH)]
+
+
+def test_a_clear_difference_stops_the_blocks_after_three_pairs():
+    switch, clock = switch_of()
+    r = until_decided(switch, clock, {SERIAL: 4.0, INLINE: 2.0})
+    assert len(r.verdicts[0].ratios) == 3 and r.verdicts[0].steps == 7 * switch.rule.settle + 7 * switch.rule.block
 
 
 def test_a_block_must_be_longer_than_its_untimed_start():
@@ -152,7 +165,7 @@ def test_a_steady_state_slower_than_its_blocks_is_timed_beside_serial_before_it_
         decisions.append(switch.step())
     [revert] = switch.reverts
     assert switch.choice == SERIAL and revert.way == INLINE and revert.watched_ms == pytest.approx(6.0)
-    assert revert.verdict.outcome == "slower" and revert.gain == pytest.approx(4.0 / 6.0 - 1)
+    assert revert.verdict.outcome == "faster" and revert.gain == pytest.approx(4.0 / 6.0 - 1)
     assert switch.history[-1].reason == "watch"
     assert [d.reverted for d in decisions if d.reverted] == [revert]
 
@@ -180,7 +193,7 @@ def test_steps_left_out_are_not_timed():
         if switch.history:
             break
     v = switch.history[0].verdicts[0]
-    assert v.base_ms == pytest.approx(4.0) and v.candidate_ms == pytest.approx(2.0)
+    assert v.base_ms == pytest.approx(2.0) and v.candidate_ms == pytest.approx(4.0)
 
 
 def test_every_timing_goes_through_reduce_so_that_ranks_decide_alike():

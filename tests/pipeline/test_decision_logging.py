@@ -70,6 +70,6 @@ def test_a_revert_is_logged_with_the_steady_state_loss_and_reported():
     report = explain.report(explain.Facts(mode="auto", auto=steering.auto))
     assert re.search(r"steady state: pipelined \d\.\d{3} ms/step over 20 training steps, over 15% slower than in its"
                      r" blocks", report), report
-    assert "serial measurably faster beside it (0.333x) -> serial from step" in report
+    assert "serial measurably faster beside it (the way at 0.333x serial's speed) -> serial from step" in report
     assert "trials (watch, ended at step" in report and "-> serial (-66.7% for the best pipelined way)" in report
-    assert "pipelined: 0.333x the speed of serial" in report
+    assert "serial: 3.000x the speed of pipelined" in report

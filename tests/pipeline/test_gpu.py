@@ -110,7 +110,9 @@ def test_auto_measures_serial_inline_thread_and_graph_and_equals_serial():
     piped, trainer = run("auto", accelerator="gpu", max_epochs=20,
                          callback_kwargs=dict(backbone="backbone", warmup=2, trial=4, recheck=1000))
     pipe = trainer.callbacks[0]
-    assert {w.key for w in pipe._fit.steering.auto.history[0].ms} == {"serial", "inline", "thread+graph"}
+    auto = pipe._fit.steering.auto
+    assert {w.key for w in auto.ways} == {"serial", "inline", "thread+graph"}
+    assert {w.key for w in auto.history[0].ms} >= {"serial", "thread+graph"}  # inline when the graph lost
     assert "paired blocks" in pipe.report() and "x the speed of serial" in pipe.report()
     graphed = pipe._fit.calls.program.graph
     assert graphed.replays > 0  # the graph's trials replayed it
@@ -152,7 +154,8 @@ def test_extra_memory_is_bounded_by_the_staging_depth(depth):
 def test_auto_without_a_backbone_does_not_try_a_graph():
     piped, trainer = run("auto", accelerator="gpu", max_epochs=20,
                          callback_kwargs=dict(backbone=False, warmup=2, trial=4, recheck=1000))
-    assert {w.key for w in trainer.callbacks[0]._fit.steering.auto.history[0].ms} == {"serial", "inline", "thread"}
+    auto = trainer.callbacks[0]._fit.steering.auto
+    assert {w.key for w in auto.ways} == {"serial", "inline", "thread"} and auto.history
 
 
 def test_a_forward_that_cannot_be_captured_runs_eagerly_with_one_warning():
