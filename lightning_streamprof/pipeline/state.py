@@ -26,7 +26,3 @@ class PipelineState:
     def pipelined(self) -> bool:
         return self.way.staged
 
-    def describe(self) -> str:
-        """One line: the way, and whether it was still being chosen."""
-        where = " (auto's trials: the way changes from block to block)" if self.in_trials else ""
-        return f"StreamPipeline ({self.mode}): {self.way.label}{where}"
