@@ -7,3 +7,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || python3 -m pip install --no-deps --no-build-isolation -e .
 python3 -c "import torch, lightning; print('torch', torch.__version__, 'lightning', lightning.__version__, torch.cuda.device_count(), 'GPUs')"
+python3 -c "import orjson, msgspec, isal" 2>/dev/null || {
+  echo "gpu_setup: orjson, msgspec or isal is missing on this machine: put their wheels in .whl/ and carry it" \
+       "(pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64" \
+       "-d .whl orjson msgspec isal timm kornia kornia_rs diffusers)" >&2
+  exit 1
+}

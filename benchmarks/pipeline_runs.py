@@ -13,7 +13,8 @@ and its median. Workloads (``examples/workloads.py``, written as people write th
 - ``resnet50``: a frozen torchvision ResNet-50 (``weights=None``, eval) with a linear head; ``training_step``
   normalises the uint8 224x224 batch before the backbone;
 - ``augment``: the GPU-augmentation classifier (per-sample crop, resize, rotation, blur, normalize in
-  ``on_after_batch_transfer``);
+  ``on_after_batch_transfer``, this package's batch transforms); ``augmentv2``: the same augmentation as the
+  article writes it, torchvision.transforms.v2 one image at a time;
 - ``vit``, ``vitff``, ``ldm``, ``resnet50c``: real model libraries called their own way (``zoo_workloads.py``):
   a frozen timm ViT-S/16 linear probe through ``forward`` and through ``forward_features``/``forward_head``, a
   latent-diffusion fine-tuning step (frozen diffusers VAE encoder and CLIP text encoder, trainable UNet), and a
@@ -59,7 +60,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from _bench import command_args  # noqa: E402
 from _record import code_version  # noqa: E402
-from gpu_augmentation import Classifier, RandomImages  # noqa: E402
+from gpu_augmentation import Classifier, PerImageClassifier, RandomImages  # noqa: E402
 from workloads import ArticleSegmenter, FrozenResNetClassifier, ResidentImages, SegmentationData  # noqa: E402
 import zoo_workloads  # noqa: E402
 from _aftermath import after_before, lingering, swapped_blocks  # noqa: E402
@@ -149,7 +150,7 @@ def make(workload: str, batch: int, steps: int, world: int, workers: int, image_
         data = ResidentImages(n, image_size or 224)
     elif workload in ZOO:
         zoo, data = zoo_workloads.make(workload, n, image_size)
-    elif workload == "augment":
+    elif workload in ("augment", "augmentv2"):
         data = RandomImages(n, image_size or 256)
     else:
         raise SystemExit(f"pipeline_runs: unknown workload {workload!r}")
@@ -157,7 +158,9 @@ def make(workload: str, batch: int, steps: int, world: int, workers: int, image_
                         pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
     if zoo is not None:
         return zoo, loader
-    return (FrozenResNetClassifier() if workload == "resnet50" else Classifier(image_size or 256)), loader
+    if workload == "resnet50":
+        return FrozenResNetClassifier(), loader
+    return (PerImageClassifier if workload == "augmentv2" else Classifier)(image_size or 256), loader
 
 
 def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profile_dir: str | None) -> dict:

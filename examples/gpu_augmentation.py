@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import random
 import sys
 
 import lightning as L
@@ -79,6 +80,36 @@ class Classifier(L.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+
+class PerImageClassifier(Classifier):
+    """The same classifier with the augmentation as the pipelining article writes it: torchvision.transforms.v2's
+    functional ops applied one image at a time in ``on_after_batch_transfer``, each image with its own random
+    crop, rotation and blur drawn from the module's own ``random.Random``."""
+
+    def __init__(self, image_size: int | None = 256, seed: int = 0) -> None:
+        super().__init__(image_size, seed)
+        self.image_size = sized(image_size, 256, 32)
+        self.rng = random.Random(seed)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms.v2 import functional as F
+
+        images, labels = batch
+        if not self.trainer.training:
+            return T.ToFloat()(images), labels
+        size, crop, out = self.image_size, self.image_size // 2, []
+        for image in images:
+            image = F.to_dtype(image, torch.float32, scale=True)
+            top, left = self.rng.randint(0, size - crop), self.rng.randint(0, size - crop)
+            image = F.resize(image[:, top:top + crop, left:left + crop], [size, size], antialias=False,
+                             interpolation=InterpolationMode.BILINEAR)
+            image = F.rotate(image, self.rng.uniform(-45.0, 45.0), interpolation=InterpolationMode.BILINEAR)
+            sigma = self.rng.uniform(0.1, 2.0)
+            image = F.gaussian_blur(image, [7, 7], [sigma, sigma])
+            out.append(F.normalize(image, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]))
+        return torch.stack(out), labels
 
 
 class ImageData(L.LightningDataModule):
