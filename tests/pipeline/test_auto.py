@@ -77,8 +77,17 @@ def test_in_doubt_the_safe_way_runs():
     assert r.verdicts[0].outcome == "unclear" and r.choice == INLINE == switch.choice
 
 
-def test_the_first_round_tries_the_other_pipelined_ways_only_when_the_safe_way_did_not_beat_serial():
+def test_the_first_round_tries_the_other_pipelined_ways_only_when_serial_beat_the_safe_way():
     ways = (SERIAL, INLINE, GRAPH)
+    # serial and the safe way alike: unclear keeps the safe way, and the others are not tried
+    host = Host(4, {SERIAL: 6.0, INLINE: 4.0, GRAPH: 6.0}, wave=0.0, change=0.0, noise=0.2)
+    switch = AutoSwitch(ways, warmup=2, clock=host.clock)
+    r = None
+    while r is None:
+        host.run(switch.choice)
+        r = switch.step().measured
+    assert [(v.base, v.candidate, v.outcome) for v in r.verdicts] == [(GRAPH, SERIAL, "unclear")]
+    assert switch.choice == GRAPH
     # the safe way measurably faster than serial: it stays, nothing else is tried (what mode="on" gets)
     switch, clock = switch_of(ways)
     r = until_decided(switch, clock, {SERIAL: 8.0, INLINE: 5.0, GRAPH: 6.0})

@@ -118,8 +118,8 @@ def test_a_choice_that_does_not_come_holds_the_window_no_longer_than_the_bound(t
 
 def test_no_wait_without_a_choice_to_wait_for(tmp_path):
     """A callback that is not deciding (mode "on", CPU's auto) holds nothing: the window records where the schedule
-    put it. The state is read at the window's due step (4) and its recorded steps (5, 6), then only at the stage's
-    end (30 steps done), not at every step."""
+    put it. The state is read at the window's due step (4) and its recorded steps (5, 6), once more when the
+    window's analysis is logged (whenever the worker finishes it), then at the stage's end: not at every step."""
     choosing = Choosing(decide_at=0, chosen=INLINE, mode="on")
     prof = _profiler(tmp_path)
     fit(prof, tmp_path, max_steps=30, callbacks=[choosing])
@@ -127,7 +127,7 @@ def test_no_wait_without_a_choice_to_wait_for(tmp_path):
     assert window.first_step == 5
     assert "waited" not in prof.summary() and "wait longer" not in prof.summary()
     during = [done for done in choosing.reads if done < 30]
-    assert during == [4, 5, 6]
+    assert during[:3] == [4, 5, 6] and len(during) <= 4
 
 
 def test_a_window_in_a_recheck_says_so_and_the_advice_follows_the_pipelines_state(tmp_path):
