@@ -1,4 +1,4 @@
-"""Helpers shared by the Lightning benchmarks: the recorded command line, and a clock over training steps."""
+"""A clock over training steps, shared by the Lightning benchmarks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import time
 
 import lightning as L
 import torch
-from _record import command_args  # noqa: F401 - the benchmarks' shared helper, kept importable from here
 
 
 class StepClock(L.Callback):

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from suites import results_dir, suite_of  # noqa: F401 - results_dir: each script's default --out
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -60,6 +62,13 @@ def command_args() -> str:
     return " ".join(args)
 
 
+def invocation(script: str) -> str:
+    """``python -m benchmarks <suite>`` of the script ``script`` (a name or a path); ``python benchmarks/<script>``
+    for a script of no suite."""
+    suite = suite_of(script)
+    return f"python -m benchmarks {suite.name}" if suite else f"python benchmarks/{os.path.basename(script)}"
+
+
 def command(script: str) -> str:
-    """``python benchmarks/<script> <arguments>`` without ``--out DIR``."""
-    return " ".join(["python", f"benchmarks/{script}", command_args()]).rstrip()
+    """:func:`invocation` of ``script`` with this run's arguments, without ``--out DIR``."""
+    return f"{invocation(script)} {command_args()}".rstrip()

@@ -9,7 +9,7 @@ which reports its wall time and peak RSS. Peers (HTA, torch-tb-profiler) run in 
 (``python3 -m venv .venv-peers && .venv-peers/bin/pip install HolisticTraceAnalysis torch-tb-profiler==0.4.3``);
 a peer that is missing or fails is reported with its error.
 
-    python benchmarks/analysis_speed.py [--events N] [--trace replicated|synthetic] [--skip-peers] [--repeat R]
+    python -m benchmarks analysis-speed [--events N] [--trace replicated|synthetic] [--skip-peers] [--repeat R]
         [--source TRACE] [--baseline DIR] [--tag TAG] [--out DIR]
 
 Our tools and ``json.load`` run ``--repeat`` times (median seconds, highest peak reported); peers run once.
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _record import code_version, machine  # noqa: E402
+from _record import code_version, invocation, machine, results_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = ROOT / "tests" / "fixtures" / "traces" / "frozen_backbone_memory_stack.pt.trace.json.gz"
@@ -233,7 +233,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=results_dir(__file__))
     parser.add_argument("--timeout", type=float, default=TIME_LIMIT_S)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each of our tools and of json.load")
     parser.add_argument("--trace", choices=("replicated", "synthetic"), default="replicated")
@@ -245,7 +245,7 @@ def main() -> None:
         _child(*args.child)
         return
 
-    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *sys.argv[1:]])
+    command = " ".join([invocation(__file__), *map(shlex.quote, sys.argv[1:])])
     with tempfile.TemporaryDirectory(prefix="analysis_speed-") as tmp:
         tmp_dir = Path(tmp)
         t0 = time.perf_counter()

@@ -3,7 +3,7 @@
 Pipeline: ToFloat (ToDtype float32, scale) -> RandomCrop 128 -> Resize 256 -> RandomRotation 45 -> GaussianBlur 7
 -> Normalize, on uint8 batches of 3x256x256 images resident on ``--device``.
 
-    python benchmarks/augment_speed.py [--device cuda] [--batch-sizes 16 32 64] [--iters 100] [--warmup 10] [--tag h200]
+    python -m benchmarks augment-speed [--device cuda] [--batch-sizes 16 32 64] [--iters 100] [--warmup 10] [--tag h200]
 
 Rows: (a) ours, ``Compose`` merging crop+resize+rotation into one warp; (b) ours, every step its own op;
 (c) "published style": a Python loop over the images applying torchvision.transforms.v2 functional ops one image
@@ -11,7 +11,7 @@ at a time with per-image random parameters; (d) torchvision.transforms.v2.Compos
 random parameters for the whole batch: NOT per-sample, for reference only). Times are ms per batch, median of
 ``--repeat`` rounds of ``--iters`` batches each, measured with CUDA events on CUDA (after ``--warmup`` batches) and
 ``time.perf_counter`` on CPU; "host ms" is the time spent issuing the work (CPU side) per batch.
-Writes ``<out>/augment_speed-<tag>.{json,md}`` (default ``benchmarks/results``, tag ``<device>-<date>``).
+Writes ``<out>/augment_speed-<tag>.{json,md}`` (default ``benchmarks/results/augment-speed``, tag ``<device>-<date>``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _record import code_version, invocation, results_dir  # noqa: E402
 from lightning_streamprof.transforms import (  # noqa: E402
     Compose,
     GaussianBlur,
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tag", default=None, help="file tag, e.g. h200-20261129 (default: <device type>-<date>)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=results_dir(__file__))
     args = ap.parse_args(argv)
     if args.image_size < CROP:
         ap.error(f"--image-size must be at least the crop size {CROP}")
@@ -190,12 +191,12 @@ def main(argv: list[str] | None = None) -> dict:
     for i, a in enumerate(cli[:-1]):
         if a == "--out" and not Path(cli[i + 1]).resolve().is_relative_to(ROOT):
             cli[i + 1] = "<dir>"
-    words = [os.path.relpath(__file__, ROOT), *cli]
-    command = "python " + " ".join(a if a == "<dir>" else shlex.quote(a) for a in words)
+    command = " ".join([invocation(__file__), *(a if a == "<dir>" else shlex.quote(a) for a in cli)])
     doc = {
         "benchmark": "augment_speed",
         "date": now.isoformat(),
         "command": command,
+        "code": code_version(),
         "machine": machine(device),
         "device": str(device),
         "pipeline": (
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"# augment_speed ({doc['date']})",
         "",
         f"- machine: {', '.join(f'{k} {v}' for k, v in doc['machine'].items())}",
-        f"- command: `{command}`",
+        f"- command: `{command}`, code {code_version()}",
         f"- pipeline: {doc['pipeline']}; uint8 {args.image_size}x{args.image_size} batches on {device}",
         f"- ms per batch, median of {args.repeat} rounds of {args.iters} batches ({args.warmup} warm-up)",
         "",

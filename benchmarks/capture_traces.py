@@ -1,6 +1,6 @@
 """Capture small real Kineto traces with StreamProfiler (test fixtures and comparison inputs).
 
-    python benchmarks/capture_traces.py --out tests/fixtures/traces
+    python -m benchmarks capture-traces --out tests/fixtures/traces
 
 Scenarios: the frozen-backbone workload plain, with memory/stack/shapes recording, and under bf16 autocast
 (Tensor Cores); one window of two steps each, so each trace stays small. Two more record the GPU-augmentation
@@ -8,7 +8,7 @@ workload (augmentation in ``on_after_batch_transfer``, ``examples/gpu_augmentati
 with Lightning's own ``PyTorchProfiler`` (``lightning_pytorchprofiler_augment``) and once with StreamProfiler
 (``streamprof_augment``): traces with Lightning's ``[pl][profile]`` ranges for ``compare_tb_profiler.py``.
 
-    python benchmarks/capture_traces.py --scenarios lightning_pytorchprofiler_augment,streamprof_augment \
+    python -m benchmarks capture-traces --scenarios lightning_pytorchprofiler_augment,streamprof_augment \
         --batch-size 32 --image-size 256
 """
 

@@ -1,6 +1,6 @@
 """Our trace metrics against torch-tb-profiler 0.4.3's on the same Kineto traces.
 
-    .venv/bin/python benchmarks/compare_tb_profiler.py [TRACES ...] [--tbp-python .venv-tbp/bin/python] [--no-fail]
+    .venv/bin/python -m benchmarks compare-tb-profiler [TRACES ...] [--tbp-python .venv-tbp/bin/python] [--no-fail]
 
 Default traces: ``tests/fixtures/traces/*.pt.trace.json.gz``, which include, once captured on a GPU, the two
 Lightning-made traces of :data:`LIGHTNING_TRACES` (GPU augmentation in ``on_after_batch_transfer``, recorded by
@@ -12,7 +12,7 @@ DataLoader ``user_annotation`` events kept) and ``corrected`` (those two plus ev
 torch-tb-profiler's later code does; see tbp_reference.py). Ours runs in-process:
 ``lightning_streamprof.analysis.analyze_table(read_trace(path))`` encoded as its JSON.
 
-Writes ``benchmarks/results/compare_tb_profiler-<YYYYMMDD>.json`` and ``.md``. Targets, against
+Writes ``benchmarks/results/compare-tb-profiler/compare_tb_profiler-<YYYYMMDD>.json`` and ``.md``. Targets, against
 ``corrected``: GPU utilization, Est. SM efficiency and Est. achieved occupancy within 0.5 percentage points
 per device; same step count; mean step time and every breakdown category within 2% of the (corrected)
 mean step time. Exit status: 0 all targets met, 1 a target failed, 2 ours or the reference could not run;
@@ -33,6 +33,8 @@ import shlex
 import subprocess
 import sys
 import traceback
+
+from _record import invocation, results_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE_SCRIPT = os.path.join(ROOT, "benchmarks", "tbp_reference.py")
@@ -316,7 +318,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tbp-python", default=DEFAULT_TBP_PYTHON, help="python of the torch-tb-profiler venv")
     ap.add_argument("--ours", default="default",
                     help="'default' or module:function(path)->dict, to test the harness with a stub")
-    ap.add_argument("--out-dir", default=os.path.join(ROOT, "benchmarks", "results"))
+    ap.add_argument("--out-dir", default=str(results_dir(__file__)))
     ap.add_argument("--tag", default="", help="appended to the result file names")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds for the reference run")
     ap.add_argument("--no-fail", action="store_true", help="exit 0 whatever the result")
@@ -329,8 +331,7 @@ def main(argv=None) -> int:
     for path in absent:
         print(f"skipped (not captured yet): {os.path.relpath(path, ROOT)}", file=sys.stderr)
     now = datetime.datetime.now(datetime.timezone.utc)
-    command = shlex.join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT)
-                          else sys.executable, os.path.relpath(os.path.abspath(__file__), ROOT), *(argv or sys.argv[1:])])
+    command = " ".join([invocation(__file__), shlex.join(argv or sys.argv[1:])]).rstrip()
 
     tbp_versions, records, ref_error = run_reference(args.tbp_python, traces, args.timeout)
 

@@ -1,9 +1,9 @@
 """FSDP and FSDP2 under Lightning with StreamProfiler: all-gathers and reduce-scatters found and matched across
 ranks, their time hidden behind computation vs exposed, and an injected straggler flagged live and post hoc.
 
-    python benchmarks/distributed_fsdp.py                          # 2 GPUs, NCCL
-    python benchmarks/distributed_fsdp.py --devices 1              # 1 GPU (world 1)
-    python benchmarks/distributed_fsdp.py --accelerator cpu        # 2 processes, gloo
+    python -m benchmarks distributed-fsdp                          # 2 GPUs, NCCL
+    python -m benchmarks distributed-fsdp --devices 1              # 1 GPU (world 1)
+    python -m benchmarks distributed-fsdp --accelerator cpu        # 2 processes, gloo
 
 Scenarios: ``fsdp-straggler`` (``strategy="fsdp"``: FSDP1, each ``Linear`` wrapped), ``fsdp2-straggler``
 (``ModelParallelStrategy`` with ``fully_shard`` on each ``Linear`` and the root), ``fsdp2-balanced``, and with
@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+from suites import results_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWO_RANKS = ("fsdp-straggler", "fsdp2-straggler", "fsdp2-balanced")
@@ -221,7 +223,7 @@ def main() -> int:
     parser.add_argument("--scenarios", default=None, help=f"default: {','.join(TWO_RANKS)} (with --devices 1: "
                                                           f"{','.join(ONE_RANK)})")
     parser.add_argument("--parallel", action="store_true", help="run the scenarios at once (GPU hosts)")
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--out", default=str(results_dir(__file__)))
     parser.add_argument("--tag", default=None, help="file name tag (default: h200 on GPU, cpu on CPU)")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--every", type=int, default=10)

@@ -1,6 +1,6 @@
 """The live gather at scale: N simulated ranks over N / per-host simulated hosts, a real ``TCPStore`` on loopback.
 
-    python benchmarks/distributed_gather.py --ranks 16384 --per-host 8 --windows 3
+    python -m benchmarks distributed-gather --ranks 16384 --per-host 8 --windows 3
 
 Rank 0 runs in a process of its own, as in a real job: it hosts the store's server (as torch's rank 0 does) and
 runs the profiler's own :class:`~lightning_streamprof.distributed.live.LiveAggregator`. This process plays every
@@ -14,7 +14,7 @@ allocation (tracemalloc, one more window), and two faults: a dead rank (its lead
 half the timeout, and names it) and a dead host (rank 0 waits for it once, at most the timeout, and names its
 ranks).
 
-Writes ``distributed_gather-<tag>-<date>.json`` and ``.md`` under ``--out`` (default ``benchmarks/results/``).
+Writes ``distributed_gather-<tag>-<date>.json`` and ``.md`` under ``--out`` (default ``benchmarks/results/distributed-gather/``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _record import code_version, command, machine, machine_line, now  # noqa: E402
+from _record import code_version, command, machine, machine_line, now, results_dir  # noqa: E402
 
 
 def _aggregator(store, rank: int, args: argparse.Namespace):
@@ -242,7 +242,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=4.0, help="the gather timeout (s)")
     parser.add_argument("--slow", type=int, default=None, help="the slow rank (default: the middle one)")
     parser.add_argument("--tag", default="cpu")
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--out", default=str(results_dir(__file__)))
     parser.add_argument("--rank-zero", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.slow = args.ranks // 2 + 1 if args.slow is None else args.slow

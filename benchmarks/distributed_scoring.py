@@ -2,9 +2,9 @@
 decoded and concatenated on "rank 0" into one table and scored, as the live profiler does (without the store:
 ``distributed_gather.py`` measures the gather itself).
 
-    python benchmarks/distributed_scoring.py --ranks 1024 --steps 3 --calls 20 --repeat 5
+    python -m benchmarks distributed-scoring --ranks 1024 --steps 3 --calls 20 --repeat 5
 
-Prints and saves (``--out``, default ``benchmarks/results/``) the per-rank payload size and the time of each part.
+Prints and saves (``--out``, default ``benchmarks/results/distributed-scoring/``) the per-rank payload size and the time of each part.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from lightning_streamprof.results import CollectiveCalls, RankWindow  # noqa: E402
+from _record import code_version, command, results_dir  # noqa: E402
 
 STEP_NS = 150_000_000  # 150 ms steps
 
@@ -99,14 +100,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--tag", default="cpu")
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--out", default=str(results_dir(__file__)))
     args = parser.parse_args()
-    from _bench import command_args  # noqa: PLC0415 - benchmarks' shared helper
 
     result = run(args.ranks, args.steps, args.calls, args.repeat)
     date = time.strftime("%Y%m%d")
     meta = {"machine": f"{platform.machine()} {os.cpu_count()} CPU cores, {platform.platform()}", "date": date,
-            "command": f"python benchmarks/distributed_scoring.py {command_args()}".strip()}
+            "command": command(__file__), "code": code_version()}
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, f"distributed_scoring-{args.tag}-{date}")
     with open(base + ".json", "w") as f:

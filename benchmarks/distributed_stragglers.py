@@ -2,8 +2,8 @@
 and a plain ``torch.profiler`` + ``DistributedDataParallel`` loop without Lightning (trace directory only), each
 with rank 1 sleeping in every training step and balanced.
 
-    python benchmarks/distributed_stragglers.py                       # 2 GPUs, NCCL
-    python benchmarks/distributed_stragglers.py --accelerator cpu     # 2 processes, gloo
+    python -m benchmarks distributed-stragglers                       # 2 GPUs, NCCL
+    python -m benchmarks distributed-stragglers --accelerator cpu     # 2 processes, gloo
 
 Each scenario runs in its own process (Lightning starts rank 1 by running the same command again); the
 results (per-rank tables, straggler found or not) are saved as JSON and Markdown under ``--out`` and the
@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from _record import code_version, command, results_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS = ("lightning-straggler", "lightning-balanced", "plain-straggler", "plain-balanced")
@@ -184,7 +186,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--accelerator", default="gpu", choices=["gpu", "cpu"])
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--out", default=str(results_dir(__file__)))
     parser.add_argument("--tag", default=None, help="file name tag (default: h200 on GPU, cpu on CPU)")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--every", type=int, default=15)
@@ -210,8 +212,6 @@ def main() -> int:
     if args.worker:
         (lightning_worker if args.scenario.startswith("lightning") else plain_worker)(args)
         return 0
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _bench import command_args
 
     args.work = args.work or tempfile.mkdtemp(prefix="streamprof-stragglers-")
     os.makedirs(args.out, exist_ok=True)
@@ -227,7 +227,7 @@ def main() -> int:
 
         machine = f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}, {machine}, torch {torch.__version__}"
     meta = {"machine": machine, "date": date,
-            "command": f"python benchmarks/distributed_stragglers.py {command_args()}".strip()}
+            "command": command(__file__), "code": code_version()}
     base = os.path.join(args.out, f"distributed_stragglers-{tag}-{date}")
     with open(base + ".json", "w") as f:
         json.dump({**meta, "results": results}, f, indent=2)

@@ -1,7 +1,7 @@
 """What Kineto's calls in the training thread cost in the first window, by the number of recorded steps and the
 recording options: StreamProfiler's own timing of them (``recorder.first_window_calls``: prepare, start, stop).
 
-    python benchmarks/first_window_calls.py --active 1,2,3,5 --rounds 3
+    python -m benchmarks first-window-calls --active 1,2,3,5 --rounds 3
 
 Each run trains the frozen-backbone segmentation (``examples/workloads.py``) in a process of its own for
 ``skip_first + warmup + active + 6`` steps with one window (``every=0``, ``max_overhead=None``); the configurations
@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "examples"), HERE, ROOT]
 
-from _record import code_version, command, machine, machine_line, now  # noqa: E402
+from _record import code_version, command, machine, machine_line, now, results_dir  # noqa: E402
 
 OPTIONS = {"default": {}, "full": {"with_stack": True, "profile_memory": True, "record_shapes": True}}
 SKIP, WARMUP = 10, 2
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--out", default=str(results_dir(__file__)))
     p.add_argument("--tag", default=None)
     args = p.parse_args(argv)
     import tempfile

@@ -1,7 +1,7 @@
 """The long fuzz run: ``--examples`` generated and mutated traces through the reader, every analysis, merging,
 JSON and the terminal renderer (the target: ``tests/fuzz/target.py``; a short run is part of the test suite).
 
-Writes ``fuzz_traces-cpu-<date>.json`` and ``.md`` to ``--out`` (``benchmarks/results``): the number of inputs,
+Writes ``fuzz_traces-cpu-<date>.json`` and ``.md`` to ``--out`` (``benchmarks/results/fuzz-traces``): the number of inputs,
 how many were rejected with the documented error and how many analysed cleanly, the slowest input, the time,
 machine, date and command. Exits 1 with the failing input saved beside the results when a promise breaks.
 """
@@ -21,13 +21,14 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent / "tests"
 from _record import code_version, command, machine, machine_line, now  # noqa: E402
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from target import run_target, trace_bytes  # noqa: E402
+from suites import results_dir  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=results_dir(__file__))
     args = parser.parse_args()
     counts: dict[str, int] = {}
     slowest = [0.0, 0]

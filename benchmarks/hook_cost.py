@@ -1,7 +1,7 @@
 """What StreamProfiler's hooks on Lightning's actions cost every step, with no window: the hooks' cost is measured
 here, not by the profiler.
 
-    python benchmarks/hook_cost.py --steps 2000 --rounds 7
+    python -m benchmarks hook-cost --steps 2000 --rounds 7
 
 Two measures, each against no profiler and against the same hooks behind Lightning's own action scope:
 
@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [HERE, ROOT]
 
-from _record import code_version, command, machine, machine_line, now  # noqa: E402
+from _record import code_version, command, machine, machine_line, now, results_dir  # noqa: E402
 
 CONFIGS = ("none", "streamprof", "lightning-scope")
 #: the recorded step, and the step at which each profiler replays it
@@ -187,7 +187,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    p.add_argument("--out", default=str(results_dir(__file__)))
     p.add_argument("--tag", default="cpu")
     args = p.parse_args()
     import torch

@@ -1,7 +1,7 @@
 """Where the host time of one training step goes: Lightning's SimpleProfiler per action, and the parts of the
 hand-written serial loop timed on the host (no synchronisation inside the loop).
 
-    python benchmarks/host_time.py --workload augment --batch 16 --steps 300
+    python -m benchmarks host-time --workload augment --batch 16 --steps 300
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Time `streamprof analyze` on two hostile traces: 100,000 time-nested CPU operators, and 20 million `0` list
 entries in a 38 KB gzip. Prints seconds and peak memory of each run (GNU time), and writes them to
-benchmarks/results/hostile_traces-<tag>.md.
+``--out``/hostile_traces-<tag>.md.
 
-    python benchmarks/hostile_traces.py --tag cpu
+    python -m benchmarks hostile-traces --tag cpu
 """
 
 import argparse
@@ -14,6 +14,8 @@ import platform
 import subprocess
 import sys
 import tempfile
+
+from _record import code_version, command, results_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +44,7 @@ def timed(path: str) -> tuple[float, int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tag", default="cpu")
+    parser.add_argument("--out", default=str(results_dir(__file__)))
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -51,10 +54,11 @@ def main() -> None:
             seconds, mb, rc = timed(path)
             rows.append(f"| {name} | {os.path.getsize(path):,} | {seconds:.2f} | {mb} | {rc} |")
     text = "\n".join([f"# hostile_traces ({platform.node()}, {os.cpu_count()} cores, {datetime.date.today()})", "",
-                      f"`python benchmarks/hostile_traces.py --tag {args.tag}`", "",
+                      f"`{command(__file__)}`  ", f"code {code_version()}", "",
                       "| trace | bytes | seconds | peak MB | exit |", "| --- | ---: | ---: | ---: | ---: |", *rows, ""])
     print(text)
-    with open(os.path.join(ROOT, "benchmarks", "results", f"hostile_traces-{args.tag}.md"), "w") as f:
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"hostile_traces-{args.tag}.md"), "w") as f:
         f.write(text)
 
 

@@ -1,6 +1,6 @@
 """How long each of the HTA-style analyses takes on a trace, beside reading it and the existing analysis pass.
 
-    python benchmarks/hta_analyses_speed.py TRACE [TRACE...] [--repeat R] [--out FILE.md]
+    python -m benchmarks hta-analyses-speed TRACE [TRACE...] [--repeat R] [--out FILE.md]
 
 Per trace: the read, ``analyze_table`` (every existing analysis, its shared indices built on the way), then each new
 analysis on the same (warm) context: idle time, launch statistics, annotation times, queue length, bandwidth,
@@ -30,6 +30,7 @@ from lightning_streamprof.analysis.launches import launch_stats  # noqa: E402
 from lightning_streamprof.analysis.queue import queue_lengths  # noqa: E402
 from lightning_streamprof.analysis.sequences import kernel_sequences  # noqa: E402
 from lightning_streamprof.trace import read_trace  # noqa: E402
+from _record import code_version, invocation  # noqa: E402
 
 ANALYSES = {"idle_time": idle_time, "launch_stats": launch_stats, "annotation_times": annotation_times,
             "queue_lengths": queue_lengths, "bandwidth": bandwidth, "critical_path": critical_path,
@@ -72,8 +73,8 @@ def main() -> None:
     args = parser.parse_args()
     cols = ["events", "read", "analyze_table", *ANALYSES, "all_new_warm", "all_new_cold"]
     lines = [f"# hta_analyses_speed — {platform.machine()} {os.cpu_count()} CPU cores, {time.strftime('%Y%m%d')}", "",
-             f"`python benchmarks/hta_analyses_speed.py {' '.join(os.path.basename(t) for t in args.traces)} "
-             f"--repeat {args.repeat}` (seconds; median of {args.repeat})", "",
+             f"`{invocation(__file__)} {' '.join(os.path.basename(t) for t in args.traces)} "
+             f"--repeat {args.repeat}` (seconds; median of {args.repeat}), code {code_version()}", "",
              "| trace | " + " | ".join(cols) + " |", "| --- " * (len(cols) + 1) + "|"]
     for path in args.traces:
         m = measure(path, args.repeat)

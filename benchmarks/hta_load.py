@@ -1,6 +1,6 @@
 """Does Holistic Trace Analysis load a window directory of StreamProfiler traces with every rank?
 
-    <python with HolisticTraceAnalysis> benchmarks/hta_load.py WINDOW_DIR [--out FILE.md]
+    <python with HolisticTraceAnalysis> -m benchmarks hta-load WINDOW_DIR [--out FILE.md]
 
 Run it with the interpreter of a virtualenv that has ``HolisticTraceAnalysis`` (it is not a dependency of ours).
 """
@@ -11,6 +11,8 @@ import argparse
 import os
 import platform
 import time
+
+from _record import code_version, invocation
 
 
 def main() -> None:
@@ -25,7 +27,8 @@ def main() -> None:
     analysis = TraceAnalysis(trace_dir=args.window_dir)
     ranks = {r: len(df) for r, df in sorted(analysis.t.traces.items())}
     lines = [f"# hta_load — {platform.machine()} {os.cpu_count()} CPU cores, {time.strftime('%Y%m%d')}", "",
-             f"`python benchmarks/hta_load.py <window dir>` (HolisticTraceAnalysis {getattr(hta, '__version__', '?')})",
+             f"`{invocation(__file__)} <window dir>` (HolisticTraceAnalysis {getattr(hta, '__version__', '?')}), "
+             f"code {code_version()}",
              "", f"files: {', '.join(files)}", "", "| rank | events |", "| --- | --- |",
              *(f"| {r} | {n} |" for r, n in ranks.items()), ""]
     try:

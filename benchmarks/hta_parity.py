@@ -1,13 +1,13 @@
 """Our HTA-style analyses against Holistic Trace Analysis itself, on the same traces: every number both compute.
 
-    python benchmarks/hta_parity.py TRACE [TRACE...] --hta-python /tmp/hta-venv/bin/python [--tag TAG] [--out DIR]
+    python -m benchmarks hta-parity TRACE [TRACE...] --hta-python /tmp/hta-venv/bin/python [--tag TAG] [--out DIR]
 
 HTA (``holistictraceanalysis``, not a dependency of ours: a separate virtualenv with ``pip install --no-deps
 holistictraceanalysis`` and pandas, numpy, networkx, plotly, pydot, psutil, ijson, pyyaml) runs on each trace through
 ``_hta_oracle.py``; ours run on :func:`lightning_streamprof.analysis.hta_compat.hta_view` of the same trace (the
 events HTA keeps, rounded as HTA rounds them), so a difference is one of definition. Where a definition differs on
 purpose, ours is also restricted to HTA's (e.g. HTA's four launch call names). Writes
-``hta_parity-<tag>.md`` and ``.json`` to ``--out`` (default ``benchmarks/results``).
+``hta_parity-<tag>.md`` and ``.json`` to ``--out`` (default ``benchmarks/results/hta-parity``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _record import code_version, machine, machine_line  # noqa: E402
+from _record import code_version, invocation, machine, machine_line, results_dir  # noqa: E402
 
 from lightning_streamprof.analysis.user_ranges import annotation_times  # noqa: E402
 from lightning_streamprof.analysis.bandwidth import bandwidth  # noqa: E402
@@ -46,11 +46,15 @@ def _row(rows: list, trace: str, analysis: str, quantity: str, hta, ours, note: 
     rows.append({"trace": trace, "analysis": analysis, "quantity": quantity, "hta": hta, "ours": ours, "note": note})
 
 
-def _diff(hta, ours) -> str:
+def _diff(row: dict) -> str:
+    """The relative difference of a row in %; of a share (0..1), the difference in percentage points (``pt``)."""
+    hta, ours = row["hta"], row["ours"]
     if isinstance(hta, str) or isinstance(ours, str) or hta is None or ours is None:
         return "" if hta == ours else "n/a"
     if hta == ours:
         return "0"
+    if "share" in row["quantity"]:
+        return f"{abs(ours - hta) * 100:.2f} pt"
     return f"{abs(ours - hta) / max(abs(hta), 1e-12) * 100:.2f}%"
 
 
@@ -69,8 +73,15 @@ def _device_only(patterns: list[dict]) -> list[dict]:
     return sorted(merged.values(), key=lambda p: (-p["count"], p["pattern"]))
 
 
-def compare(path: str, hta_python: str) -> list[dict]:
-    name = os.path.basename(path)
+def trace_names(paths: list[str]) -> dict[str, str]:
+    """Each trace's file name, with its folder where two traces share a file name."""
+    base = [os.path.basename(p) for p in paths]
+    return {p: os.path.join(os.path.basename(os.path.dirname(p)), b) if base.count(b) > 1 else b
+            for p, b in zip(paths, base)}
+
+
+def compare(path: str, hta_python: str, name: str | None = None) -> list[dict]:
+    name = name or os.path.basename(path)
     table = read_trace(path)
     # negative durations as HTA keeps them for the per-event arithmetic (idle, launches, queue); 0 at least where
     # ranges nest (annotations, critical path, sequences)
@@ -102,6 +113,13 @@ def compare(path: str, hta_python: str) -> list[dict]:
             h = sum(r["us"] for r in hta["idle"] if r["category"] == cat)
             _row(rows, name, "idle", f"{cat} (µs, all streams)", round(h, 3),
                  round(sum(getattr(s, f"{cat}_ns") for s in ours) / US, 3))
+        by_stream = {s.stream: s for s in ours}
+        for stream in sorted({int(r["stream"]) for r in hta["idle"]}):
+            mine = by_stream.get(stream)
+            for cat in ("host_wait", "kernel_wait", "other"):
+                h = sum(r["us"] for r in hta["idle"] if r["category"] == cat and int(r["stream"]) == stream)
+                _row(rows, name, "idle", f"stream {stream} {cat} (µs)", round(h, 3),
+                     round(getattr(mine, f"{cat}_ns") / US, 3) if mine else None)
     if not failed("launches"):
         ls = [x for x in launch_stats(ctx).launches if x.name in HTA_LAUNCH_NAMES]
         for key, ours_v in (("launches", sum(x.launches for x in ls)), ("cpu_us", sum(x.cpu_ns for x in ls) / US),
@@ -175,37 +193,75 @@ def compare(path: str, hta_python: str) -> list[dict]:
     return rows
 
 
+def _hta_version(python: str) -> str:
+    """HolisticTraceAnalysis's version and pandas' and numpy's in the interpreter that runs it."""
+    code = ("import importlib.metadata as m; print(', '.join(f'{p} {m.version(p)}' for p in "
+            "('holistictraceanalysis', 'pandas', 'numpy')))")
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    return proc.stdout.strip() or "holistictraceanalysis (version unknown)"
+
+
+def _pct(diff: str) -> float | None:
+    """A difference as a number (0 for equal), None where it cannot be one (a failed analysis, a missing value)."""
+    if diff in ("0", ""):
+        return 0.0
+    if diff.endswith(" pt"):
+        return float(diff[:-3])
+    return float(diff[:-1]) if diff.endswith("%") else None
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """Analysis × trace: how many numbers each compares, how many are equal, within 1% (a share: 1 percentage
+    point), and the largest difference (``n/a``: HTA failed or one side has no value)."""
+    groups: dict[tuple[str, str], list[float | None]] = {}
+    units: dict[tuple[str, str], str] = {}
+    for r in rows:
+        key = (r["analysis"], r["trace"])
+        groups.setdefault(key, []).append(_pct(_diff(r)))
+        units[key] = " pt" if "share" in r["quantity"] else "%"
+    out = ["| analysis | trace | numbers | equal | within 1% | largest difference |", "|---|---|---:|---:|---:|---:|"]
+    for (analysis, trace), diffs in sorted(groups.items()):
+        known = [d for d in diffs if d is not None]
+        largest = f"{max(known):.2f}{units[(analysis, trace)]}" if known else "n/a"
+        if len(known) < len(diffs):
+            largest += f" ({len(diffs) - len(known)} n/a)"
+        out.append(f"| {analysis} | {trace} | {len(diffs)} | {sum(d == 0 for d in known)} | "
+                   f"{sum(0 < d <= 1 for d in known)} | {largest} |")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+")
     parser.add_argument("--hta-python", required=True)
     parser.add_argument("--tag", default="")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(results_dir(__file__)))
     args = parser.parse_args()
     rows: list[dict] = []
+    labels = trace_names(args.traces)
     for path in args.traces:
         start = time.perf_counter()
-        rows += compare(path, args.hta_python)
+        rows += compare(path, args.hta_python, labels[path])
         print(f"{os.path.basename(path)}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     stamp = time.strftime("%Y%m%d")
     base = Path(args.out) / f"hta_parity-{stamp}{args.tag}"
-    command = "python benchmarks/hta_parity.py " + " ".join(os.path.relpath(t, ROOT) if t.startswith(str(ROOT)) else t
+    command = invocation(__file__) + " " + " ".join(os.path.relpath(t, ROOT) if t.startswith(str(ROOT)) else t
                                                             for t in args.traces) + " --hta-python <HTA venv python>"
     meta = {"machine": machine_line(machine()), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command,
-            "code": code_version(), "hta": "holistictraceanalysis 0.5.0 (pandas 2.2, numpy 2.0)"}
+            "code": code_version(), "hta": _hta_version(args.hta_python)}
     base.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
-    exact = sum(1 for r in rows if _diff(r["hta"], r["ours"]) in ("0", ""))
-    within = sum(1 for r in rows if _diff(r["hta"], r["ours"]).endswith("%")
-                 and float(_diff(r["hta"], r["ours"])[:-1]) <= 1.0)
+    exact = sum(1 for r in rows if _diff(r) in ("0", ""))
+    within = sum(1 for r in rows if (_pct(_diff(r)) or 0) > 0 and _pct(_diff(r)) <= 1.0)
     lines = [f"# hta_parity ({meta['date']})", "", f"- machine: {meta['machine']}", f"- command: `{command}`",
              f"- code measured: {meta['code']}; {meta['hta']}",
              "- ours on `hta_view(trace)` (the events HTA keeps, rounded as HTA rounds them); HTA's units (µs, GB/s)",
              f"- {len(rows)} comparisons: {exact} equal, {within} more within 1%, "
-             f"{len(rows) - exact - within} further apart or failing (see notes)", "",
-             "| trace | analysis | quantity | HTA | ours | difference | note |", "|---|---|---|---:|---:|---:|---|"]
+             f"{len(rows) - exact - within} further apart or failing (see notes)", ""]
+    lines += summary_lines(rows)
+    lines += ["", "| trace | analysis | quantity | HTA | ours | difference | note |", "|---|---|---|---:|---:|---:|---|"]
     for r in rows:
         lines.append(f"| {r['trace']} | {r['analysis']} | {r['quantity']} | {r['hta']} | {r['ours']} | "
-                     f"{_diff(r['hta'], r['ours'])} | {r['note']} |")
+                     f"{_diff(r)} | {r['note']} |")
     base.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

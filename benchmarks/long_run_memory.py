@@ -30,6 +30,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset  #
 from torch.utils.data import DataLoader  # noqa: E402
 
 from lightning_streamprof import StreamProfiler  # noqa: E402
+from suites import results_dir  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -109,7 +110,7 @@ def main() -> int:
     parser.add_argument("--settle", type=int, default=10, help="windows before the reference sample")
     parser.add_argument("--baseline", action="store_true", help="also run without the profiler")
     parser.add_argument("--print", action="store_true", help="print the JSON only, write no file")
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=results_dir(__file__))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         runs = [run(args.steps, args.every, True, directory)]

@@ -1,8 +1,8 @@
 """How precisely whole runs can tell what the profiler costs on a host: the series of ``profiler_overhead.py`` pooled
 per workload and configuration, each run against its round's run without a profiler.
 
-    python benchmarks/overhead_noise.py benchmarks/results/profiler_overhead-h200-*.jsonl --tag h200
-    python benchmarks/overhead_noise.py benchmarks/results/pipeline_runs-h200-ldmsd-*.json --tag h200-pipelined
+    python -m benchmarks overhead-noise benchmarks/results/profiler-overhead/profiler_overhead-h200-*.jsonl --tag h200
+    python -m benchmarks overhead-noise benchmarks/results/pipeline-speed/pipeline_runs-h200-ldmsd-*.json --tag h200-pipelined
 
 ``pipeline_runs-*.json`` files give each profiled configuration (``auto+streamprof``, ...) against the same
 configuration alone (``auto``) in its round: the profiler's cost with the pipeline on.
@@ -31,6 +31,7 @@ sys.path.insert(0, HERE)
 from _profiled_configs import base_config  # noqa: E402
 from _record import command, machine, machine_line, now  # noqa: E402
 from profiler_overhead import Z95, own_clock_share, rounds_for_one_point  # noqa: E402
+from suites import results_dir  # noqa: E402
 
 #: Student's t at 97.5% for 1..30 degrees of freedom (a two-sided 95% interval of a mean of few rounds)
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -121,7 +122,7 @@ def render(pairs: dict, within: list[float], series: list[str], meta: dict) -> s
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="+", help="profiler_overhead-*.jsonl or pipeline_runs-*.json result files")
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--out", default=str(results_dir(__file__)))
     p.add_argument("--tag", default="h200")
     args = p.parse_args(argv)
     pairs, within, series = paired(args.files)

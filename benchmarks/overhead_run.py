@@ -149,7 +149,7 @@ def make_workload(spec: dict):
         data = DeviceBatches(spec["steps"] + 2, spec["batch"], spec["image_size"] or 256)
         return FrozenBackboneSegmenter(width=spec.get("width") or 32), DataLoader(data, batch_size=None)
     if spec["workload"] == "vit":
-        from zoo_workloads import DictImages, TimmLinearProbe
+        from workloads import DictImages, TimmLinearProbe
 
         size = spec["image_size"] or 224
         model = TimmLinearProbe(arch=spec["arch"], img_size=size)

@@ -1,6 +1,6 @@
 """Where StreamPipeline's time goes under DDP: the staged copy taken apart, piece by piece, against serial.
 
-    python benchmarks/pipeline_ddp_diagnose.py --devices 2 --workloads resnet50:16 --steps 400
+    python -m benchmarks pipeline-ddp-diagnose --devices 2 --workloads resnet50:16 --steps 400
 
 Runs ``benchmarks/pipeline_runs.py``'s harness with extra configurations that each keep one part of staging:
 ``readahead`` (the loader read one batch ahead, nothing staged: Lightning transfers as usual), ``copy_mainstream``

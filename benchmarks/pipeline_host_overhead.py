@@ -1,9 +1,9 @@
 """Host time per step that StreamPipeline adds, on a model of many tiny layers (the host is the limit):
 serial Lightning, staging on the loop's thread (inline) and on the staging thread.
 
-    python benchmarks/pipeline_host_overhead.py [--device cpu|cuda] [--steps 1000] [--rounds 3]
+    python -m benchmarks pipeline-host-overhead [--device cpu|cuda] [--steps 1000] [--rounds 3]
 
-Writes ``benchmarks/results/pipeline_host_overhead-<tag>.{json,md}`` (tag: ``<device>-<date>``).
+Writes ``benchmarks/results/pipeline-host-overhead/pipeline_host_overhead-<tag>.{json,md}`` (tag: ``<device>-<date>``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from _bench import StepClock, command_args  # noqa: E402
+from _bench import StepClock  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from lightning_streamprof import StreamPipeline  # noqa: E402
+from _record import code_version, command as record_command, results_dir  # noqa: E402
 
 CONFIGS = {"serial": None, "inline": False, "thread": True}
 
@@ -70,7 +71,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--tag", default=None, help="file name tag (default: <device>-<date>)")
-    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    p.add_argument("--out", default=str(results_dir(__file__)))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     accelerator = "gpu" if args.device == "cuda" else "cpu"
@@ -82,9 +83,9 @@ def main() -> None:
     median = {c: statistics.median(v) for c, v in runs.items()}
     now = datetime.datetime.now(datetime.timezone.utc)
     machine = torch.cuda.get_device_name(0) if args.device == "cuda" else f"{platform.machine()} CPU, {os.cpu_count()} cores"
-    command = "python benchmarks/pipeline_host_overhead.py " + command_args()
+    command = record_command(__file__)
     lines = [f"# pipeline_host_overhead ({machine}, {now:%Y-%m-%d})", "", f"`{command.strip()}`  ",
-             f"torch {torch.__version__}, lightning {L.__version__}; ms per step after 50 steps, median of {args.rounds}"
+             f"code {code_version()}, torch {torch.__version__}, lightning {L.__version__}; ms per step after 50 steps, median of {args.rounds}"
              f" rounds of {args.steps} steps (order rotated)", "",
              "| config | ms/step | vs serial | runs |", "| --- | ---: | ---: | --- |"]
     for c in CONFIGS:
@@ -97,7 +98,7 @@ def main() -> None:
         f.write(text)
     with open(os.path.join(args.out, f"pipeline_host_overhead-{tag}.json"), "w") as f:
         json.dump({"benchmark": "pipeline_host_overhead", "date": now.isoformat(timespec="seconds"), "machine": machine,
-                   "command": command.strip(), "versions": {"torch": torch.__version__, "lightning": L.__version__},
+                   "command": command.strip(), "code": code_version(), "versions": {"torch": torch.__version__, "lightning": L.__version__},
                    "ms_per_step": median, "runs": runs}, f, indent=1)
     print(text)
 

@@ -1,12 +1,12 @@
 """Whole training runs as a user pays for them, serial against StreamPipeline, in paired rounds; 1 or 2 GPUs.
 
-    python benchmarks/pipeline_runs.py --workloads article:8,article:32,resnet50:32,resnet50:32:bf16 --rounds 5
-    python benchmarks/pipeline_runs.py --devices 2 --workloads resnet50:16 --configs serial,on,auto --rounds 5
+    python -m benchmarks pipeline-speed --workloads article:8,article:32,resnet50:32,resnet50:32:bf16 --rounds 5
+    python -m benchmarks pipeline-speed --devices 2 --workloads resnet50:16 --configs serial,on,auto --rounds 5
 
 Each run trains ``--steps`` steps and is timed from step 10 to its end (auto's trials and a profiler's windows
 included). Every configuration runs once per round, in an order rotated each round, so that the host's drift
 falls on all of them alike; the table gives the median steps/s, each configuration's ratio to serial per round
-and its median. Workloads (``examples/workloads.py``, written as people write them):
+and its median. Workloads (``examples/workloads.py``: ``WORKLOADS``, written as people write them):
 
 - ``article``: the frozen-backbone segmentation of the pipelining article; ``training_step`` calls
   ``self.encoder(images.float())`` on the uint8 batch (256x256, int64 label maps made by loader workers);
@@ -15,7 +15,7 @@ and its median. Workloads (``examples/workloads.py``, written as people write th
 - ``augment``: the GPU-augmentation classifier (per-sample crop, resize, rotation, blur, normalize in
   ``on_after_batch_transfer``, this package's batch transforms); ``augmentv2``: the same augmentation as the
   article writes it, torchvision.transforms.v2 one image at a time;
-- ``vit``, ``vitff``, ``ldm``, ``resnet50c``: real model libraries called their own way (``zoo_workloads.py``):
+- ``vit``, ``vitff``, ``ldm``, ``resnet50c``: real model libraries called their own way:
   a frozen timm ViT-S/16 linear probe through ``forward`` and through ``forward_features``/``forward_head``, a
   latent-diffusion fine-tuning step (frozen diffusers VAE encoder and CLIP text encoder, trainable UNet), and a
   frozen ResNet-50 under ``torch.compile``.
@@ -58,11 +58,8 @@ sys.path.insert(0, ROOT)
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
-from _bench import command_args  # noqa: E402
-from _record import code_version  # noqa: E402
-from gpu_augmentation import Classifier, PerImageClassifier, RandomImages  # noqa: E402
-from workloads import ArticleSegmenter, FrozenResNetClassifier, ResidentImages, SegmentationData  # noqa: E402
-import zoo_workloads  # noqa: E402
+from _record import code_version, command, results_dir  # noqa: E402
+import workloads  # noqa: E402
 from _aftermath import after_before, lingering, swapped_blocks  # noqa: E402
 from _profiled_configs import LATE_PROFILER, SWAP_PROFILER, base_config, profiler_options  # noqa: E402
 from lightning.pytorch.profilers import PassThroughProfiler  # noqa: E402
@@ -83,7 +80,6 @@ CONFIGS = {
 }
 START = 10  # runs are timed from this step to their end
 AFTER_TRIALS = 200  # auto's first trials are over by this step: a late window's "before" starts no earlier
-ZOO = ("vit", "vitff", "ldm", "ldmsu", "ldmsd", "resnet50c", "busy")  # benchmarks/zoo_workloads.py
 SWAP_EVERY = 50  # steps between the swaps
 
 
@@ -142,25 +138,10 @@ def _sync(trainer) -> None:
 
 def make(workload: str, batch: int, steps: int, world: int, workers: int, image_size: int | None):
     n = batch * (steps + 2) * world * (2 if workload == "busy" else 1)  # the busy loop accumulates 2 batches
-    if workload == "article":
-        data = SegmentationData(batch, image_size or 256, n, workers=workers)
-        return ArticleSegmenter(), data.train_dataloader()
-    zoo = None
-    if workload == "resnet50":
-        data = ResidentImages(n, image_size or 224)
-    elif workload in ZOO:
-        zoo, data = zoo_workloads.make(workload, n, image_size)
-    elif workload in ("augment", "augmentv2"):
-        data = RandomImages(n, image_size or 256)
-    else:
-        raise SystemExit(f"pipeline_runs: unknown workload {workload!r}")
-    loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True,
-                        pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
-    if zoo is not None:
-        return zoo, loader
-    if workload == "resnet50":
-        return FrozenResNetClassifier(), loader
-    return (PerImageClassifier if workload == "augmentv2" else Classifier)(image_size or 256), loader
+    try:
+        return workloads.make(workload, batch, n, workers, image_size)
+    except KeyError as e:
+        raise SystemExit(f"pipeline_runs: {e.args[0]}") from None
 
 
 def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profile_dir: str | None) -> dict:
@@ -186,11 +167,11 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     options = dict(enable_checkpointing=False, limit_val_batches=0)
     val = None
     if workload == "busy":
-        options = zoo_workloads.busy_trainer_options(tempfile.mkdtemp(prefix="ckpt-"))
+        options = workloads.busy_trainer_options(tempfile.mkdtemp(prefix="ckpt-"))
         callbacks += options.pop("callbacks")
         # persistent validation workers, as Lightning's hint advises (they started at every validation before,
         # `pipeline_runs-h200-busy-val-20261201`: ~40% of the serial run with the checkpoints)
-        val = DataLoader(zoo_workloads.DictImages(batch * 10, args.image_size or 224), batch_size=batch,
+        val = DataLoader(workloads.DictImages(batch * 10, args.image_size or 224), batch_size=batch,
                          num_workers=args.workers, pin_memory=torch.cuda.is_available(),
                          persistent_workers=args.workers > 0)
     trainer = L.Trainer(max_steps=args.steps, accelerator=args.accelerator, devices=args.devices,
@@ -232,7 +213,7 @@ def main() -> None:
     p.add_argument("--profile", default="", help="configurations whose last round records a StreamProfiler window")
     p.add_argument("--profile-at", type=int, default=300)
     p.add_argument("--profile-stack", action="store_true", help="record Python stacks in the profiled windows")
-    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    p.add_argument("--out", default=str(results_dir(__file__)))
     p.add_argument("--tag", default=None)
     args = p.parse_args()
     torch.backends.cudnn.benchmark = True
@@ -303,7 +284,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     now = datetime.datetime.now(datetime.timezone.utc)
     configs = args.configs.split(",")
     lines = [f"# pipeline_runs ({args.devices} x {device}, {now:%Y-%m-%d})", "",
-             f"`python benchmarks/pipeline_runs.py {command_args()}`  ",
+             f"`{command(sys.argv[0])}`  ",
              f"code {code_version()}, torch {torch.__version__}, lightning {L.__version__}; whole runs of {args.steps} steps timed from step"
              f" {START} (trials and windows included); steps/s per rank, median of"
              f" {'/'.join(str(r['rounds']) for r in rows)} paired rounds (of {args.rounds});"
@@ -362,7 +343,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     result = {"benchmark": "pipeline_runs", "date": now.isoformat(timespec="seconds"), "device": device,
               "code": code_version(),
               "devices": args.devices, "host": platform.machine(),
-              "command": f"python benchmarks/pipeline_runs.py {command_args()}",
+              "command": command(sys.argv[0]),
               "versions": {"torch": torch.__version__, "lightning": L.__version__},
               "args": {k: v for k, v in vars(args).items() if k != "out"}, "rows": rows}
     with open(os.path.join(args.out, f"pipeline_runs-{tag}.json"), "w") as f:

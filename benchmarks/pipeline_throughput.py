@@ -1,7 +1,7 @@
 """Steps/s of serial Lightning, Lightning with StreamPipeline and hand-written loops, with the ceilings that
 bound them: the loader's own rate (with the copy) and 1 / the GPU's busy time per serial step.
 
-    python benchmarks/pipeline_throughput.py --workloads frozen:8,frozen:32,frozen:128,balanced:32,augment:16,augment:32,augment:64
+    python -m benchmarks pipeline-throughput --workloads frozen:8,frozen:32,frozen:128,balanced:32,augment:16,augment:32,augment:64
 
 Workloads: ``frozen`` is the frozen-backbone segmentation example (examples/workloads.py, 256x256, loader
 workers making int64 label maps); ``balanced`` has a frozen backbone and a trainable head of similar GPU
@@ -36,12 +36,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
-from _bench import StepClock, command_args  # noqa: E402
+from _bench import StepClock  # noqa: E402
 from gpu_augmentation import Classifier, RandomImages  # noqa: E402
 from workloads import Decoder, FrozenBackboneSegmenter, SegmentationData  # noqa: E402
 
 from lightning_streamprof import StreamPipeline  # noqa: E402
 from lightning_streamprof.analysis import intervals as iv  # noqa: E402
+from _record import code_version, command, results_dir  # noqa: E402
 
 
 SIZE = 256  # image side of the frozen and augment workloads (the balanced one uses half)
@@ -267,7 +268,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1, help="runs per configuration (a workload:batch:rounds spec overrides)")
     p.add_argument("--configs", default=None,
                    help="comma-separated subset of: " + ", ".join([*MODES, "hand", "loader"]) + " (default: all)")
-    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    p.add_argument("--out", default=str(results_dir(__file__)))
     p.add_argument("--tag", default=None)
     args = p.parse_args()
     torch.backends.cudnn.benchmark = True
@@ -288,7 +289,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
             "hand_serial", "hand_streams", "ceiling_loader", "ceiling_gpu_busy", "ceiling_lightning_host",
             "on_vs_lower_ceiling", "auto_vs_serial", "auto_serial_vs_serial", "best_vs_hand_streams", "best_vs_lightning_host"]
     lines = [f"# pipeline_throughput ({device}, {now:%Y-%m-%d})", "",
-             f"`python benchmarks/pipeline_throughput.py {command_args()}`  ",
+             f"`{command(__file__)}`  ", f"code {code_version()}  ",
              f"torch {torch.__version__}, lightning {L.__version__}; steps/s over {args.steps - 30} timed steps per run"
              " (Lightning: after 270 untimed steps, auto's trials), median of `rounds` runs; on_vs_lower_ceiling uses the best"
              " pipelined (on) column; ceiling_lightning_host = 1 / (1/hand_streams + 1/lightning_serial - 1/hand_serial),"
@@ -311,7 +312,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     tag = args.tag or f"h200-{now:%Y%m%d}"
     os.makedirs(args.out, exist_ok=True)
     result = {"benchmark": "pipeline_throughput", "date": now.isoformat(timespec="seconds"), "device": device,
-              "host": platform.machine(), "command": f"python benchmarks/pipeline_throughput.py {command_args()}",
+              "host": platform.machine(), "command": command(__file__), "code": code_version(),
               "versions": {"torch": torch.__version__, "lightning": L.__version__},
               "args": {k: v for k, v in vars(args).items() if k != "out"}, "rows": rows}
     with open(os.path.join(args.out, f"pipeline_throughput-{tag}.json"), "w") as f:

@@ -3,8 +3,8 @@
 in alternated rounds, each run in a process of its own (``overhead_run.py``), with the profiler's stated cost beside
 the measured loss.
 
-    python benchmarks/profiler_overhead.py --workloads vit:64:bf16,seg:32 --steps 2000 --rounds 7 --extra-rounds 3
-    python benchmarks/profiler_overhead.py --workloads vit:4:bf16,seg:2 --steps 50 --rounds 2 --extra-rounds 1 \\
+    python -m benchmarks profiler-overhead --workloads vit:64:bf16,seg:32 --steps 2000 --rounds 7 --extra-rounds 3
+    python -m benchmarks profiler-overhead --workloads vit:4:bf16,seg:2 --steps 50 --rounds 2 --extra-rounds 1 \\
         --image-size 32 --arch vit_tiny_patch16_224 --workers 0 --threads 1 --tag cpu-tiny   # CPU, tiny sizes
 
 Workloads (``name:batch[:precision]``; ``overhead_run.py`` has them): ``vit``, a frozen timm ViT linear probe
@@ -52,7 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from _aftermath import lingering  # noqa: E402
-from _record import code_version, command, machine, machine_line, now  # noqa: E402
+from _record import code_version, command, machine, machine_line, now, results_dir  # noqa: E402
 
 PRECISIONS = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
 DEFAULT_PRECISION = {"vit": "bf16", "seg": "32", "segdev": "32"}
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads in each run (0: torch's default)")
     p.add_argument("--time-limit", type=float, default=None, help="seconds; no run starts that would end later")
     p.add_argument("--run-timeout", type=float, default=400.0, help="seconds one run may take")
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--out", default=str(results_dir(__file__)))
     p.add_argument("--tag", default=None, help="result file names (default: machine and date)")
     p.add_argument("--resume", default=None, help="a result file (.jsonl) to continue (copied into --out first)")
     args = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """What one profiling window costs, part by part, on the frozen-backbone workload (no Lightning, resident
 data), so the profiler's per-window overhead can be attributed and reduced.
 
-    python benchmarks/window_cost.py --windows 12            # each Kineto setting in its own process
+    python -m benchmarks window-cost --windows 12            # each Kineto setting in its own process
 """
 
 from __future__ import annotations

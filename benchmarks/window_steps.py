@@ -3,8 +3,8 @@ process's threads and of the analysis worker, with StreamProfiler as it is, with
 recording options (``full``) and without a profiler; the budget's charged cost beside the slowdown measured from
 outside.
 
-    python benchmarks/window_steps.py --steps 620 --every 60 --rounds 3
-    python benchmarks/window_steps.py --configs none,streamprof,full --tag cpu-20261201-saver
+    python -m benchmarks window-steps --steps 620 --every 60 --rounds 3
+    python -m benchmarks window-steps --configs none,streamprof,full --tag cpu-20261201-saver
 
 ``none`` must be among ``--configs`` (the other configurations are measured against it).
 
@@ -35,6 +35,7 @@ from _record import code_version, command, machine, machine_line, now  # noqa: E
 from workloads import FrozenBackboneSegmenter, SegmentationData  # noqa: E402
 
 from lightning_streamprof import StreamProfiler  # noqa: E402
+from suites import results_dir  # noqa: E402
 
 SKIP, WARMUP, ACTIVE = 20, 2, 3
 PLACES = ["warm-up 1", "warm-up 2", "recorded 1", "recorded 2", "recorded 3"] + [f"+{k}" for k in range(1, 16)]
@@ -122,7 +123,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--out", default=str(results_dir(__file__)))
     p.add_argument("--tag", default=None)
     p.add_argument("--configs", default="none,streamprof,noanalysis",
                    help="of none, streamprof, noanalysis, full (with_stack, profile_memory, record_shapes)")

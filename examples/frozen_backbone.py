@@ -25,7 +25,7 @@ from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--steps", type=int, default=120)

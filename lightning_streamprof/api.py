@@ -26,8 +26,8 @@ TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", ".json", ".json.gz")
 class SeveralRunsError(ValueError):
     """A path holds the traces of several runs and none was chosen; ``runs`` names them."""
 
-    def __init__(self, path: str, runs: list[str]) -> None:
-        super().__init__(f"{path}: holds {len(runs)} runs ({', '.join(runs)}); choose one with --run NAME (run=NAME)")
+    def __init__(self, path: str, runs: list[str], choose: str = "run=NAME") -> None:
+        super().__init__(f"{path}: holds {len(runs)} runs ({', '.join(runs)}); choose one with {choose}")
         self.path = path
         self.runs = runs
 

@@ -38,6 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
                                        "the text report; --json needs one)")
     _add_report(sub)
     _add_compare(sub)
+    record = sub.add_parser(
+        "record",
+        help="ask a running job for a profiling window now (a marker file its rank 0 looks for)",
+        description="Write the marker that asks a running StreamProfiler for a window: in its dirpath or in one of "
+                    "its run directories (local path or fsspec URL). Global rank 0 looks for it every request_poll "
+                    "seconds (5) and every 100 steps, whichever is rarer, records a window at once and removes the "
+                    "marker; the report says the window was recorded on request.",
+    )
+    record.add_argument("run_dir", metavar="RUN_DIR", help="the profiler's dirpath, or a run directory under it")
     return parser
 
 
@@ -62,10 +71,12 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare = sub.add_parser(
         "compare",
         help="what changed between two runs, windows or traces: step time, breakdown, kernels, memory, ranks",
-        description="Compare B against A: each is a trace file or a directory (a run or a window), local or URL.",
+        description="Compare B against A: each is a trace file or a directory (a run or a window), local or URL. "
+                    "With A alone (a run): each window the profiler recorded because the run slowed down, against the "
+                    "last normal window before it.",
     )
-    compare.add_argument("a", help="the baseline: trace file or directory")
-    compare.add_argument("b", help="the one to compare with the baseline")
+    compare.add_argument("a", help="the baseline: trace file or directory (alone: a run with a slowdown's window)")
+    compare.add_argument("b", nargs="?", help="the one to compare with the baseline")
     compare.add_argument("--with-a", action="append", default=[], metavar="PATH",
                          help="another directory or URL of A's run (another host's disk); repeatable")
     compare.add_argument("--with-b", action="append", default=[], metavar="PATH",
@@ -186,6 +197,7 @@ def _at_least_one(text: str) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from lightning_streamprof.analysis.memory_snapshot import beside_traces, read_snapshots
     from lightning_streamprof.report.html import render_report
     from lightning_streamprof.trace.beside import read_pipeline_notes
     from lightning_streamprof.trace import TraceFormatError
@@ -199,8 +211,9 @@ def _report(args: argparse.Namespace) -> int:
         if not runs:
             raise TraceFormatError(label(args.path), f"no run named {args.run!r}")
     pipeline, problems = read_pipeline_notes(runs)
-    _warn([r.merged for r in runs], problems)
-    html = render_report(runs, label(args.path), pipeline=pipeline)
+    snapshots, unread = read_snapshots(beside_traces(t for r in runs for t in r.merged.traces))
+    _warn([r.merged for r in runs], [*problems, *unread])
+    html = render_report(runs, label(args.path), pipeline=pipeline, snapshots=snapshots)
     _write_output(target, html)
     return 0
 
@@ -209,16 +222,56 @@ def _compare(args: argparse.Namespace) -> int:
     from lightning_streamprof.api import select_run
     from lightning_streamprof.report.compare import compare, render_compare_html, render_compare_text
 
-    side_a, side_b = [args.a, *args.with_a], [args.b, *args.with_b]
+    side_a, side_b = [args.a, *args.with_a], [args.b, *args.with_b] if args.b is not None else []
     target = _output_target(args.output, COMPARE_NAME, [*side_a, *side_b]) if args.output else None
+    if args.b is None:
+        return _compare_slowdowns(args, side_a, target)
     a = select_run(_read_runs(side_a), args.run_a, side_a)
     b = select_run(_read_runs(side_b), args.run_b, side_b)
     _warn([a, b])
     comparison = compare(a, b, _label(side_a, args.run_a), _label(side_b, args.run_b), top=args.top)
+    _print_comparison(args, target, render_compare_text(comparison), render_compare_html(comparison))
+    return 0
+
+
+def _print_comparison(args: argparse.Namespace, target: str | None, text: str, html: str) -> None:
     if not (args.output and target is None):  # with -o -, the HTML alone goes to standard output
-        _print(render_compare_text(comparison) + "\n")
+        _print(text + "\n")
     if args.output:
-        _write_output(target, render_compare_html(comparison))
+        _write_output(target, html)
+
+
+def _compare_slowdowns(args: argparse.Namespace, side: list[str], target: str | None) -> int:
+    """``compare RUN``: each slowdown's window against the last normal window before it."""
+    from lightning_streamprof.api import SeveralRunsError, label
+    from lightning_streamprof.report.compare import compare_slowdowns
+    from lightning_streamprof.trace import TraceFormatError
+
+    runs = _read_runs(side)
+    if args.run_a is not None:
+        runs = [r for r in runs if r.run == args.run_a]
+    if len(runs) > 1:
+        raise SeveralRunsError(label(side), [r.run or "" for r in runs])
+    _warn([r.merged for r in runs])
+    found = compare_slowdowns(runs[0].windows, top=args.top) if runs else None
+    if found is None:
+        raise TraceFormatError(label(side), "no window of the run was recorded for a slowdown after a normal window;"
+                                            " give B to compare two results")
+    _print_comparison(args, target, *found)
+    return 0
+
+
+def _record(args: argparse.Namespace) -> int:
+    """``record RUN_DIR``: the marker that asks the running job for a window."""
+    from lightning_streamprof.errors import describe
+    from lightning_streamprof.profiling.on_demand import write_marker
+
+    try:
+        path = write_marker(args.run_dir)
+    except (OSError, ImportError, ValueError) as err:
+        raise OutputError(f"{args.run_dir}: cannot write the marker: {describe(err)}") from None
+    _print(f"Wrote {path}: the job records a window once its rank 0 finds it (within request_poll seconds and "
+           "100 steps).\n")
     return 0
 
 
@@ -237,7 +290,13 @@ def _run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     from lightning_streamprof.errors import run_command
     from lightning_streamprof.trace import TraceFormatError
 
-    return run_command(lambda: command(args), (TraceFormatError, SeveralRunsError, OutputError))
+    def call() -> int:
+        try:
+            return command(args)
+        except SeveralRunsError as err:  # said in the command line's words
+            raise SeveralRunsError(err.path, err.runs, "--run NAME") from None
+
+    return run_command(call, (TraceFormatError, SeveralRunsError, OutputError))
 
 
 def _label(paths: list[str], run: str | None) -> str:
@@ -255,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(_report, args)
     if args.command == "compare":
         return _run(_compare, args)
+    if args.command == "record":
+        return _run(_record, args)
     parser.print_help()
     return 0
 

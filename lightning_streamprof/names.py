@@ -26,6 +26,8 @@ TRACE_METADATA_KEY = "streamprof"
 #: StreamPipeline's report of a run, written by the profiler in the run's directory beside its windows
 PIPELINE_NOTES_FILE = "streampipeline.txt"
 #: the HTML report the profiler writes in the run's directory at the end of a stage
+#: the marker that asks a running job for a window (``streamprof record``), in ``dirpath`` or the run's directory
+REQUEST_FILE = "streamprof-record"
 REPORT_FILE = "report.html"
 #: the counter track of GPU utilization the profiler adds to saved traces (Perfetto shows it on the timeline)
 UTILIZATION_COUNTER = "GPU utilization (%)"
@@ -88,3 +90,28 @@ def is_operator(name: str) -> bool:
     """Whether a CPU-operator range is an operator in torch-tb-profiler's operator view (not a step, a data
     loading range, an optimizer range or a data-parallel wrapper)."""
     return not (is_step(name) or is_dataloader(name) or name.startswith(_OPTIMIZER) or name in _NOT_OPERATORS)
+
+
+#: Lightning's kinds of hooks and actions, as its profiler names them (``[LightningModule]Model.training_step``)
+HOOK_KINDS = ("[LightningModule]", "[Callback]", "[Strategy]", "[LightningDataModule]", "[_TrainingEpochLoop]",
+              "[_EvaluationLoop]", "[_PredictionLoop]", PIPELINE_ACTION)
+
+
+def is_lightning_hook(name: str) -> bool:
+    """A Lightning profiler action or hook as a trace records it: ``[pl][profile]...`` (PyTorchProfiler's and
+    StreamProfiler's spelling) or ``[LightningModule]...``/``[Callback]...`` written without the prefix."""
+    return name.startswith(PL_PROFILE) or name.startswith(HOOK_KINDS)
+
+
+def hook_label(name: str, kind: bool = True) -> str:
+    """A short label for a Lightning range: ``[pl][profile][Strategy]SingleDeviceStrategy.training_step`` ->
+    ``training_step (Strategy)`` (``kind=False``: ``training_step``); a callback's keeps its class
+    (``EarlyStopping.on_train_epoch_end (Callback)``); other names are returned as they are."""
+    rest = name[len(PL_PROFILE):] if name.startswith(PL_PROFILE) else name
+    for k in HOOK_KINDS:
+        if rest.startswith(k):
+            owner, _, hook = rest[len(k):].rpartition(".")
+            if k == "[Callback]" and owner:
+                hook = f"{owner.split('{', 1)[0]}.{hook}"
+            return f"{hook} ({k[1:-1]})" if kind else hook
+    return rest if name.startswith(PL_PROFILE) else name

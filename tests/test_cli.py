@@ -11,7 +11,7 @@ from lightning_streamprof.api import SeveralRunsError, analyze, analyze_runs
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "traces")
 CONTRACT_CATEGORIES = {"kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other"}
-CONTRACT_KEYS = {"run", "runs", "traces", "gpu", "steps", "kernels", "operators", "memory", "tensor_cores",
+CONTRACT_KEYS = {"run", "runs", "traces", "gpu", "steps", "kernels", "operators", "memory", "tensor_cores", "hta",
                  "recommendations", "source_lines", "host", "syncs", "pipeline", "distributed", "warnings"}
 
 
@@ -88,14 +88,15 @@ def test_several_runs_are_never_pooled(tmp_path):
     _layout(tmp_path, "fit-20261129-110000", 0, 12, 0, "frozen_backbone_bf16")
     out = streamprof("analyze", str(tmp_path), "--json")
     assert out.returncode == 2 and out.stdout == ""
-    assert "holds 2 runs (fit-20261129-100000, fit-20261129-110000)" in out.stderr and "--run" in out.stderr
+    assert "holds 2 runs (fit-20261129-100000, fit-20261129-110000); choose one with --run NAME" in out.stderr
+    assert "run=NAME" not in out.stderr  # the command line's words, not the Python API's
     chosen = _json(str(tmp_path), "--run", "fit-20261129-110000")
     check_contract(chosen)
     assert chosen["run"] == "fit-20261129-110000" and chosen["steps"]["count"] == 2
     assert chosen["runs"] == ["fit-20261129-100000", "fit-20261129-110000"]
     text = streamprof("analyze", str(tmp_path))
     assert text.returncode == 0 and "run fit-20261129-100000" in text.stdout and "run fit-20261129-110000" in text.stdout
-    with pytest.raises(SeveralRunsError):
+    with pytest.raises(SeveralRunsError, match=r"; choose one with run=NAME$"):
         analyze(tmp_path)
     assert [r.run for r in analyze_runs(tmp_path)] == ["fit-20261129-100000", "fit-20261129-110000"]
 

@@ -29,8 +29,17 @@ def test_first_run_is_quiet_and_says_what_to_do_next(tmp_path):
     lines = err.strip().splitlines()  # Lightning writes the profiler's summary through its logger (stderr)
     report = next(line.split(": ", 1)[1] for line in lines if line.startswith("HTML report"))
     assert os.path.isfile(os.path.join(tmp_path, report))
-    assert lines[-4] == "Next:" and lines[-1].split()[1:3] == ["--logdir", str(tmp_path / "runs" / "lightning_logs")]
-    assert "streamprof analyze" in lines[-3] and "streamprof report" in lines[-2]
+    assert lines[-3] == "Next:" and lines[-1].split()[1:3] == ["--logdir", str(tmp_path / "runs" / "lightning_logs")]
+    assert "streamprof analyze" in lines[-2]
+    assert "No budget in this run (max_overhead=None)" in err  # the example's cost is not read against the 1% budget
+
+
+@pytest.mark.parametrize("example", ["frozen_backbone.py", "gpu_augmentation.py"])
+def test_help_says_what_the_example_does_in_whole_sentences(tmp_path, example):
+    out, _ = _run([os.path.join(EXAMPLES, example), "--help"], cwd=tmp_path)
+    description = " ".join(out.split("\n\n")[1].split())
+    assert description.startswith("Train the") or description.startswith("The GPU-augmentation workload")
+    assert description.endswith(".")
 
 
 @pytest.mark.parametrize("config, extra", [

@@ -51,6 +51,11 @@ def test_post_hoc_analysis_does_not_reach_into_the_live_gather():
     assert [(f, m) for f, m in _imports("analysis") if m.startswith("lightning_streamprof.distributed")] == []
 
 
+def test_the_aggregator_imports_nothing_of_the_profiler():
+    """The profiler is the aggregator's user: what both need (``write_atomic``) lives below both, in ``output``."""
+    assert [(f, m) for f, m in _imports("distributed") if m.startswith("lightning_streamprof.profiling")] == []
+
+
 def test_no_package_imports_a_layer_above_it():
     assert {folder: _reaching_up(folder) for folder in FORBIDDEN} == {folder: [] for folder in FORBIDDEN}
 

@@ -1,4 +1,4 @@
-"""Every row of the README's faults and bad-input tables has its test."""
+"""Every row of the faults and bad-input tables (docs/reliability.md) has its test."""
 
 import ast
 import os
@@ -12,9 +12,9 @@ from badinput import IGNORED, REJECTED  # noqa: E402
 
 
 def _section(title):
-    text = open(os.path.join(ROOT, "README.md")).read()
-    start = text.index(f"### {title}")
-    end = text.find("\n### ", start + 1)
+    text = open(os.path.join(ROOT, "docs", "reliability.md")).read()
+    start = text.index(f"## {title}")
+    end = text.find("\n## ", start + 1)
     return text[start:end if end > 0 else None]
 
 

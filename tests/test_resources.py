@@ -120,7 +120,7 @@ def test_an_abandoned_finish_then_release_close_the_worker(tmp_path, started, mo
         while exp.written < 1 and time.monotonic() < deadline:  # written at once; its analysis never ends
             time.sleep(0.02)
         assert exp.finish(0.5) is False  # the analysis is abandoned
-        assert exp.problems.drain() == ["analysis of 1 window(s) not finished within 0.5 s"]
+        assert exp.problems.drain() == ["analysis of 1 window not finished within 0.5 s"]
         exp.release()
         assert _all_released(started)  # was: the worker's output pipe left open
         exp.close(5)

@@ -13,6 +13,7 @@ from lightning_streamprof.analysis.context import TraceContext
 from lightning_streamprof.analysis.distributed import is_distributed, rank_window
 from lightning_streamprof.analysis.gpu import gpu_metrics
 from lightning_streamprof.analysis.host import host_time, sync_waits
+from lightning_streamprof.analysis.hta_analyses import hta_analyses
 from lightning_streamprof.analysis.kernels import kernel_stats, tensor_core_use
 from lightning_streamprof.analysis.memory import memory_stats
 from lightning_streamprof.analysis.operators import operator_stats
@@ -57,6 +58,7 @@ def analyze_table(table: EventTable, identity: TraceIdentity | None = None) -> R
         distributed=distributed_of([rank_window(ctx, identity, steps)], keep=True) if is_distributed(ctx, identity)
         else None,
         warnings=[f"{table.source}: {w}" for w in table.warnings],
+        hta=hta_analyses(ctx, identity),
     )
     result = with_recommendations(result)
     problems = violations(result)

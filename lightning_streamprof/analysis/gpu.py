@@ -20,6 +20,7 @@ import numpy as np
 
 from lightning_streamprof import names
 from lightning_streamprof.analysis import intervals as iv
+from lightning_streamprof.analysis import vendors
 from lightning_streamprof.analysis.context import TraceContext
 from lightning_streamprof.results import GpuMetrics, GpuTimeline, TraceIdentity
 from lightning_streamprof.trace.table import EventTable, Kind
@@ -81,6 +82,16 @@ def _timeline(busy: iv.Intervals, sm: tuple[np.ndarray, ...], span: tuple[int, i
                        sm_efficiency=sm_line.tolist())
 
 
+def _vendor_fields(props: dict[str, Any]) -> dict[str, Any]:
+    """GpuMetrics' vendor, AMD architecture, matrix cores, warp size and shared memory (LDS) per SM of a device."""
+    if not props:
+        return {}
+    amd = vendors.is_amd_device(props)
+    return {"vendor": "amd" if amd else "nvidia", "arch": vendors.amd_arch(props)[0] if amd else None,
+            "matrix_cores": vendors.matrix_cores(props), "warp_size": props.get("warpSize"),
+            "shared_memory_per_sm": props.get("maxSharedMemoryPerMultiProcessor")}
+
+
 def gpu_metrics(
     ctx: TraceContext, identity: TraceIdentity | None = None, *, span: tuple[int, int] | None = None,
     timeline: bool = True, max_bins: int = 100,
@@ -124,5 +135,6 @@ def gpu_metrics(
             achieved_occupancy=occupancy, kernel_ns=busy_in, span_ns=span_ns, name=p.get("name"),
             num_sms=p.get("numSms"), total_memory=p.get("totalGlobalMem"), compute_major=p.get("computeMajor"),
             timeline=line, rank=identity.rank if identity else None, window=identity.window if identity else None,
+            **_vendor_fields(p),
         ))
     return out

@@ -16,7 +16,8 @@ id                          rule
                             pinned memory only to a run whose batches StreamPipeline does not copy ahead
 ``communication``           communication > 10% of the mean step
 ``low_gpu_utilization``     GPU utilization < 50% on a device
-``tensor_cores``            TC-eligible operators' kernels run without Tensor Cores (compute capability >= 7):
+``tensor_cores``            TC-eligible operators' kernels run without Tensor Cores (compute capability >= 7, or
+                            an AMD device with matrix cores: CDNA, RDNA3):
                             no Tensor Core kernel at all (torch-tb-profiler's rule), or over half of the
                             eligible kernel time without them; mixed precision is advised only to a run
                             without half or bfloat16 kernels
@@ -32,6 +33,9 @@ id                          rule
                             unless StreamPipeline already stages batches or is still choosing its way; where
                             it runs serially, what it chose and why
 ==========================  ==========================================================================
+
+and the rules over HTA's analyses (idle time, launch queue, copy bandwidth) of
+:mod:`lightning_streamprof.analysis.hta_rules`: ``gpu_waits_for_host``, ``small_kernels``, ``slow_copies``.
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
+from lightning_streamprof.analysis.hta_rules import HTA_RULES, queue_evidence
 from lightning_streamprof.analysis.kernels import reduced_precision
-from lightning_streamprof.results import PipelineRun, Recommendation, Result
+from lightning_streamprof.results import GpuMetrics, PipelineRun, Recommendation, Result
 
 DATALOADER_SHARE = 0.05
 COMMUNICATION_SHARE = 0.10
@@ -98,6 +103,11 @@ def _reduced_precision_share(result: Result) -> float:
     return reduced / total if total else 0.0
 
 
+def has_gpu(result: Result) -> bool:
+    """Whether the traces hold a GPU's work: advice that needs CUDA is for such runs only."""
+    return bool(result.gpu or result.kernels)
+
+
 def _median_loader_share(result: Result) -> float:
     """The DataLoader's share of the median step (by share): small when only a few steps wait for data."""
     shares = sorted(s.breakdown_ns["dataloader"] / s.duration_ns for s in result.steps.per_step if s.duration_ns > 0)
@@ -118,11 +128,13 @@ def dataloader(result: Result, pipeline: PipelineRun | None = None) -> list[Reco
     wait = (f"The training thread waits for its next batch {_pct(share)}% of each step ({_ms(loader_ns)} ms of "
             f"{_ms(step)} ms)")
     saving = f"Removing the wait saves up to {_ms(loader_ns)} ms per step ({_pct(share)}%)."
+    gpu = has_gpu(result)
     cheaper = ("make each batch cheaper to produce and to hand over: small dtypes (uint8 images and labels), "
-               + ("" if pipeline is not None and pipeline.staged else "pin_memory=True, ")
-               + "persistent_workers=True, random augmentation on the GPU in on_after_batch_transfer"
+               + ("" if not gpu or (pipeline is not None and pipeline.staged) else "pin_memory=True, ")
+               + "persistent_workers=True"
+               + (", random augmentation on the GPU in on_after_batch_transfer" if gpu else "")
                + (" (StreamPipeline already copies each batch to the device ahead of its step)"
-                  if pipeline is not None and pipeline.staged else ""))
+                  if gpu and pipeline is not None and pipeline.staged else ""))
     if workers:
         message = (f"{wait}, although the DataLoader already reads with worker processes: they do not make batches "
                    f"as fast as the steps use them. Rather than more workers, {cheaper}. {saving}")
@@ -181,28 +193,38 @@ def low_gpu_utilization(result: Result, pipeline: PipelineRun | None = None) -> 
     )]
 
 
+def has_matrix_units(gpu: GpuMetrics) -> bool:
+    """Whether a device has Tensor Cores or AMD matrix cores (an AMD device whose architecture the trace does not
+    tell has none to advise on; an older result without the field: compute capability 7 or more)."""
+    if gpu.matrix_cores is not None:
+        return gpu.matrix_cores
+    return gpu.vendor != "amd" and (gpu.compute_major or 0) >= 7
+
+
 def tensor_cores(result: Result, pipeline: PipelineRun | None = None) -> list[Recommendation]:
     """Tensor-Core-eligible operators' kernels without Tensor Cores. Mixed precision is advised only to a run that
     has no half or bfloat16 kernels yet; a mixed-precision run is told which part still runs in float32."""
     tc = result.tensor_cores
-    majors = [g.compute_major for g in result.gpu if g.compute_major is not None]
     without = tc.eligible_without_tc_ns / tc.eligible_kernel_ns if tc.eligible_kernel_ns else 0.0
-    if not majors or max(majors) < 7 or tc.eligible_kernel_ns <= 0 or (tc.tc_kernel_ns > 0 and without <= 0.5):
+    if not any(map(has_matrix_units, result.gpu)) or tc.eligible_kernel_ns <= 0 \
+            or (tc.tc_kernel_ns > 0 and without <= 0.5):
         return []
+    amd = all(g.vendor == "amd" for g in result.gpu)
+    units = "matrix cores" if amd else "Tensor Cores"
     per_step = tc.eligible_without_tc_ns / max(result.steps.count, 1)
     reduced = _reduced_precision_share(result)
     head = (f"{_pct(without)}% of the kernel time of Tensor Core eligible operators (convolutions, matrix products, "
-            f"attention: {_pct(tc.eligible_share)}% of the kernel time) runs without Tensor Cores, "
+            f"attention: {_pct(tc.eligible_share)}% of the kernel time) runs without {units}, "
             f"{_ms(per_step)} ms per step")
     if reduced > REDUCED_PRECISION_SHARE:
         message = (f"Mixed precision is on ({_pct(reduced)}% of the kernel time is in half or bfloat16 kernels), yet "
                    f"{head[0].lower()}{head[1:]}: those operators run in float32, outside autocast or kept in float32 "
                    "by it. Running them on half or bfloat16 inputs (inside autocast, or the module cast) puts them on "
-                   "Tensor Cores.")
+                   f"{units}.")
     else:
-        message = (f"{head}. Mixed precision (Lightning: precision=\"bf16-mixed\") runs them on Tensor Cores; "
-                   "in float32, torch.set_float32_matmul_precision(\"high\") lets matrix products use TF32 Tensor "
-                   "Cores.")
+        message = (f"{head}. Mixed precision (Lightning: precision=\"bf16-mixed\") runs them on {units}"
+                   + ("." if amd else "; in float32, torch.set_float32_matmul_precision(\"high\") lets matrix products "
+                      "use TF32 Tensor Cores."))
     return [Recommendation(
         id="tensor_cores",
         message=message,
@@ -257,16 +279,19 @@ def host_bound(result: Result, pipeline: PipelineRun | None = None) -> list[Reco
     in_ops = host.busy_ns / host.steps
     gpu_ns = steps.mean_ns("kernel") + steps.mean_ns("memcpy") + steps.mean_ns("memset")
     graphs_per_step = host.graph_launches / host.steps
+    queue, queue_numbers = queue_evidence(result)
+    launches = f"{per_step:.1f}" if per_step < 10 else f"{per_step:.0f}"  # 3.5, not 4, in a short trace
     return [Recommendation(
         id="host_bound",
-        message=f"The training thread is busy {_pct(share)}% of each step issuing work ({per_step:.0f} kernel launches; "
+        message=f"The training thread is busy {_pct(share)}% of each step issuing work ({launches} kernel launches; "
                 f"{_ms(in_ops)} ms in operators and the CUDA runtime, the rest in Python between them) while the GPU "
-                f"works {_ms(gpu_ns)} ms of the {_ms(step)} ms step: the host is the limit, not the GPU. "
+                f"works {_ms(gpu_ns)} ms of the {_ms(step)} ms step: the host is the limit, not the GPU.{queue} "
                 f"{_fewer_launches(result, pipeline, graphs_per_step)} The GPU alone needs {_ms(gpu_ns)} ms per step.",
         evidence={"host_busy_share": share, "host_wait_ms_per_step": _ms(wait), "operators_ms_per_step": _ms(in_ops),
                   "launches_per_step": per_step, "gpu_busy_ms_per_step": _ms(gpu_ns), "step_ms": _ms(step),
-                  "saving_ms_per_step": _ms(step - gpu_ns), "graph_launches_per_step": graphs_per_step},
-        summary=f"training thread busy {_pct(share)}% of a {_ms_text(step)} ms step, {per_step:.0f} launches; "
+                  "saving_ms_per_step": _ms(step - gpu_ns), "graph_launches_per_step": graphs_per_step,
+                  **queue_numbers},
+        summary=f"training thread busy {_pct(share)}% of a {_ms_text(step)} ms step, {launches} launches; "
                 f"GPU busy {_ms_text(gpu_ns)} ms",
     )]
 
@@ -331,8 +356,8 @@ def stream_pipeline(result: Result, pipeline: PipelineRun | None = None) -> list
     """Work StreamPipeline could run ahead, a large share of the step. Not for a run whose StreamPipeline stages
     batches already or is still choosing its way; a run whose StreamPipeline runs serially is told what it chose."""
     work, step = result.pipeline, result.steps.mean_step_ns
-    if step <= 0 or work.steps == 0 or work.pipelined:
-        return []  # StreamPipeline is already staging batches in this run
+    if step <= 0 or work.steps == 0 or work.pipelined or not has_gpu(result):
+        return []  # StreamPipeline is already staging batches in this run, or there is no CUDA device to stage on
     if pipeline is not None and (pipeline.staged or not pipeline.settled):
         return []  # it stages batches now (this trace recorded another way), or it is choosing whether to
     found = []
@@ -366,7 +391,7 @@ def _pipeline_advice(pipeline: PipelineRun | None, saving: str) -> str:
 
 #: every rule, in the order of their findings
 RULES: tuple[Rule, ...] = (dataloader, communication, low_gpu_utilization, tensor_cores, memory, host_bound,
-                           host_sync, stream_pipeline)
+                           host_sync, stream_pipeline, *HTA_RULES)
 
 
 def recommend(result: Result, rules: tuple[Rule, ...] | None = None,

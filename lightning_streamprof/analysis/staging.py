@@ -36,6 +36,7 @@ def pipeline_work(ctx: TraceContext) -> PipelineWork:
 
     frames = t.select(Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
     frozen = frames[ctx.mask(frames, is_frozen)]
+    module_frames = bool(ctx.mask(frames, lambda name: "nn.Module:" in name).any())
     return PipelineWork(
         steps=len(steps),
         hook_ns=time_inside(ctx, hooks, lo, hi),
@@ -43,4 +44,5 @@ def pipeline_work(ctx: TraceContext) -> PipelineWork:
         frozen_ns=time_inside(ctx, frozen, lo, hi),
         frozen_names=sorted({ctx.name_of(r) for r in frozen.tolist()}),
         pipelined=bool(ctx.flags(_is_pipeline_range).any()),
+        module_frames=module_frames,
     )

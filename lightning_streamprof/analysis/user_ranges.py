@@ -22,26 +22,11 @@ from __future__ import annotations
 import numpy as np
 
 from lightning_streamprof import names
+from lightning_streamprof.names import hook_label  # noqa: F401  (re-exported: the analyses' name for it)
 from lightning_streamprof.analysis._links import Nesting, group
 from lightning_streamprof.analysis.context import TraceContext
 from lightning_streamprof.results.hta import AnnotationTime, AnnotationTimes, sort_annotations
 from lightning_streamprof.trace.table import Kind
-
-_HOOK_KINDS = ("[LightningModule]", "[Callback]", "[Strategy]", "[LightningDataModule]", "[_TrainingEpochLoop]",
-               "[_EvaluationLoop]", "[_PredictionLoop]", "[StreamPipeline]")
-
-
-def hook_label(name: str) -> str:
-    """A short label for a Lightning range: ``[pl][profile][Strategy]SingleDeviceStrategy.training_step`` ->
-    ``training_step (Strategy)``; other names are returned as they are."""
-    if not name.startswith(names.PL_PROFILE):
-        return name
-    rest = name[len(names.PL_PROFILE):]
-    for kind in _HOOK_KINDS:
-        if rest.startswith(kind):
-            return f"{rest[len(kind):].rsplit('.', 1)[-1]} ({kind[1:-1]})"
-    return rest
-
 
 def _ranges(ctx: TraceContext, kind: Kind) -> np.ndarray:
     rows = ctx.table.select(kind)
@@ -104,8 +89,11 @@ def _gpu_spans(ctx: TraceContext) -> tuple[dict[int, dict[str, float]], dict[int
     return stats, overlap
 
 
-def annotation_times(ctx: TraceContext) -> AnnotationTimes:
-    """Host and device time of every ``record_function`` range name (steps excepted)."""
+def annotation_times(ctx: TraceContext, hooks: bool = False) -> AnnotationTimes:
+    """Host and device time of every ``record_function`` range name (steps excepted); ``hooks``: of Lightning's
+    actions and hooks alone (:func:`~lightning_streamprof.names.is_lightning_hook`), each device event going to the
+    innermost hook that launched it (other ranges inside a hook, ``Optimizer.step#...`` or ``[pl][module]...``, are
+    its own time), with no GPU-side copies."""
     t = ctx.table
     dev = ctx.device_rows
     dur = t.dur[dev]
@@ -113,6 +101,8 @@ def annotation_times(ctx: TraceContext) -> AnnotationTimes:
     launch = ctx.device_launch
     linked = launch >= 0
     ranges = _ranges(ctx, Kind.USER_ANNOTATION)
+    if hooks:
+        ranges = ranges[ctx.mask(ranges, names.is_lightning_hook)]
     nesting = _nesting(ctx, ranges)
     owner = np.full(dev.size, -1, np.int64)
     owner[linked] = _launch_owner(ctx, ranges, nesting, launch[linked])
@@ -137,7 +127,7 @@ def annotation_times(ctx: TraceContext) -> AnnotationTimes:
     cols = {"calls": np.bincount(g, minlength=n), "host_ns": by_name(t.dur[ranges].astype(np.float64), outer),
             "kernels": by_name(count, outer), "kernel_ns": by_name(kernel, outer), "device_ns": by_name(device, outer),
             "self_kernel_ns": by_name(self_kernel), "self_device_ns": by_name(self_device)}
-    spans, overlap = _gpu_spans(ctx)
+    spans, overlap = ({}, {}) if hooks else _gpu_spans(ctx)
     rows = {c: {k: int(round(v[i])) for k, v in cols.items()} for i, c in enumerate(codes.tolist())}
     zero = dict.fromkeys(cols, 0)
     out = []

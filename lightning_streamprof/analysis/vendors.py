@@ -54,3 +54,52 @@ def is_amd_device(props: dict[str, Any]) -> bool:
 def vendor(props: dict[str, Any]) -> str:
     """``"amd"`` or ``"nvidia"`` for a ``deviceProperties`` entry."""
     return "amd" if is_amd_device(props) else "nvidia"
+
+
+#: AMD architectures by (computeMajor, computeMinor) where that alone tells them: name, whether it has matrix cores
+_AMD_ARCHS: dict[tuple[int, int], tuple[str, bool]] = {
+    (9, 4): ("CDNA3 (gfx942: MI300)", True),
+    (9, 5): ("CDNA4 (gfx950: MI350)", True),
+}
+#: computeMajor 9, minor 0 covers GCN5 (gfx906: MI50/MI60, 60-64 compute units, no matrix cores) and CDNA1/2
+#: (gfx908: MI100, 120 CUs; gfx90a: MI210/MI250/MI250X, 104-110 CUs per die), told apart by their compute units
+_CDNA_MIN_CUS = 100
+
+
+#: Instinct model numbers in a device name, e.g. ``AMD Instinct MI250X``
+_INSTINCT = re.compile(r"\bMI(\d{2,3})")
+_INSTINCT_ARCHS = ((300, ("CDNA3 (gfx942: MI300)", True)), (200, ("CDNA2 (gfx90a: MI210/MI250/MI250X)", True)),
+                   (100, ("CDNA1 (gfx908: MI100)", True)), (0, ("GCN5 (gfx906: MI50/MI60)", False)))
+
+
+def amd_arch(props: dict[str, Any]) -> tuple[str | None, bool | None]:
+    """An AMD device's architecture and whether it has matrix cores, from ``deviceProperties`` (Kineto records no
+    gfx name): an Instinct model in the name, else the compute capability and compute units; ``(None, None)`` where
+    the properties do not tell."""
+    model = _INSTINCT.search(str(props.get("name") or ""))
+    if model:
+        number = int(model.group(1))
+        return next(arch for floor, arch in _INSTINCT_ARCHS if number >= floor)
+    major, minor = props.get("computeMajor"), props.get("computeMinor") or 0
+    cus = props.get("numSms") or 0
+    if (major, minor) in _AMD_ARCHS:
+        return _AMD_ARCHS[(major, minor)]
+    if major == 9 and minor == 0:
+        if cus >= _CDNA_MIN_CUS:
+            return ("CDNA2 (gfx90a: MI210/MI250/MI250X)" if cus <= 110 else "CDNA1 (gfx908: MI100)"), True
+        if cus:
+            return "GCN5 (gfx906: MI50/MI60)", False
+    if major == 10:
+        return "RDNA1/2 (gfx10)", False
+    if major in (11, 12):
+        return f"RDNA{major - 8} (gfx{major}, WMMA)", True
+    return None, None
+
+
+def matrix_cores(props: dict[str, Any]) -> bool | None:
+    """Whether a device has Tensor Cores (NVIDIA, compute capability 7 or more) or matrix cores (AMD); None where
+    the properties do not tell."""
+    if is_amd_device(props):
+        return amd_arch(props)[1]
+    major = props.get("computeMajor")
+    return None if major is None else major >= 7

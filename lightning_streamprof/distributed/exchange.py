@@ -88,6 +88,13 @@ class StoreExchange:
                 pass
         return values
 
+    def remove(self, tag: str, name: str) -> None:
+        """Delete the payload under ``tag``/``name``, if the store can (a store without deletion keeps it)."""
+        try:
+            self.store.delete_key(self._key(tag, name))
+        except Exception:  # noqa: BLE001
+            pass
+
     def wait_one(self, tag: str, name: str, timeout: float | None = None) -> bytes | None:
         """The payload posted under ``tag``/``name`` (e.g. rank 0's decision), or None after ``timeout``."""
         key = self._key(tag, name)

@@ -175,6 +175,22 @@ class LiveAggregator:
                           stacklevel=2)
             return steps
 
+    def broadcast_request(self, step: int, request: bytes, every: int) -> bytes:
+        """Rank 0's ``request`` for a window (``b""``: none) on every rank, at ``step`` (a multiple of ``every``, the
+        same step on every rank); rank 0 removes the decision of two such steps before, which every rank has read.
+        An exchange that fails is a warning and no request."""
+        tag = f"r{step}"
+        try:
+            if self.rank != 0:
+                return self.exchange.wait_one(tag, "decision") or b""
+            self.exchange.post(tag, request, rank="decision")
+            self.exchange.remove(f"r{step - 2 * every}", "decision")
+            return request
+        except Exception as err:  # noqa: BLE001 - never stop training over the exchange
+            warnings.warn(f"StreamProfiler: could not share a request for a window with the other ranks: {err}",
+                          stacklevel=2)
+            return b""
+
     # ------------------------------------------------------------------ windows
     def window_ended(self, window: int, stop: int, next_start: int | None, window_dir: str) -> None:
         """Window ``window`` recorded steps before ``stop`` (run-relative); fix its gather step."""

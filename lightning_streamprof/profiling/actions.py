@@ -7,7 +7,7 @@ with no profiler pays too. Outside a window most actions need nothing: :class:`Q
 the hooks return at once and ``profile()`` hands out a shared no-op scope; the others get an :class:`ActionScope`, a
 plain object. It is kept because it pays on real workloads: on an H200 the hooks cost 45-90 µs per step through
 Lightning's scope (0.4-1.2% of the training time of a ViT-S/16 probe, a frozen-backbone segmentation and a frozen
-ResNet-50), -6 to +18 µs with this (``hook_s_per_step`` in ``benchmarks/results/profiler_overhead-h200-overhead-c``
+ResNet-50), -6 to +18 µs with this (``hook_s_per_step`` in ``benchmarks/results/profiler-overhead/profiler_overhead-h200-overhead-c``
 and ``pipeline_runs-h200-profiled-resnet50-idle`` before, ``profiler_overhead-h200-late`` and ``-segdev`` after, as
 the profiler then timed them); one step's actions replayed mid-fit take 6.7 µs
 through it, 23.2 µs with no profiler and 29.1 µs through Lightning's scope (``benchmarks/hook_cost.py``). The hooks'

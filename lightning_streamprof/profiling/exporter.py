@@ -34,6 +34,7 @@ from lightning_streamprof.profiling.storage import ensure_dir, remove_local, wri
 from lightning_streamprof.profiling.worker import AnalysisError, AnalysisWorker
 from lightning_streamprof.profiling.metrics import headline_metrics
 from lightning_streamprof.results import Result, TraceIdentity, WindowWay
+from lightning_streamprof.words import counted
 
 log = logging.getLogger(__name__)
 
@@ -260,9 +261,9 @@ class TraceExporter:
         for job in pending:
             remove_local(job.local)
         if unwritten:
-            self.problems.add("abandoned", f"{unwritten} window(s) not written within {timeout:g} s; abandoned")
+            self.problems.add("abandoned", f"{counted(unwritten, 'window')} not written within {timeout:g} s; abandoned")
         if unanalysed:
-            self.problems.add("unanalysed", f"analysis of {unanalysed} window(s) not finished within {timeout:g} s")
+            self.problems.add("unanalysed", f"analysis of {counted(unanalysed, 'window')} not finished within {timeout:g} s")
         if idle and self._worker is not None:
             self._worker.close(wait=False)
         return False

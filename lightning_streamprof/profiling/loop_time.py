@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_streamprof.words import counted
+
 VALIDATION_START = ".on_validation_model_zero_grad"
 VALIDATION_END = ".on_validation_end"  # the strategy's, the last hook of a validation run
 VALIDATION_FETCH = "[_EvaluationLoop].val_next"
@@ -123,7 +125,7 @@ class LoopTime:
         out = []
         if self.validation_s:
             total = sum(self.validation_s)
-            text = (f"Validation: {len(self.validation_s)} runs, {total:.2f} s ({total / fit_seconds:.1%} of the fit)")
+            text = (f"Validation: {counted(len(self.validation_s), 'run')}, {total:.2f} s ({total / fit_seconds:.1%} of the fit)")
             if self.startup_s:
                 first = statistics.median(self.startup_s)
                 later = statistics.median(self.later_fetch_s) if self.later_fetch_s else 0.0
@@ -137,7 +139,7 @@ class LoopTime:
                        f" for its first batch, against {later * 1e3:.1f} ms for the others.")
         if self.checkpoint_s:
             total = sum(self.checkpoint_s)
-            out.append(f"Checkpoints: {len(self.checkpoint_s)} saves, {total:.2f} s ({total / fit_seconds:.1%} of the "
+            out.append(f"Checkpoints: {counted(len(self.checkpoint_s), 'save')}, {total:.2f} s ({total / fit_seconds:.1%} of the "
                        f"fit; {statistics.median(self.checkpoint_s) * 1e3:.0f} ms each, median).")
         return out
 

@@ -28,6 +28,11 @@ def choosing(callbacks: Sequence[Any]) -> str | None:
     return None
 
 
+def timing_ways(callbacks: Sequence[Any]) -> bool:
+    """Whether a callback is choosing its way or timing ways (``auto``'s trials): its steps say nothing of the run."""
+    return any((state := cb.state).deciding or state.in_trials for cb in callbacks)
+
+
 def pipeline_run(callback: Any) -> PipelineRun:
     """A callback's ``state`` now, as the results' :class:`~lightning_streamprof.results.PipelineRun`."""
     state = callback.state

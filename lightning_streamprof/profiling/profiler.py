@@ -23,23 +23,29 @@ from lightning_streamprof.pipeline import lightning_api
 from lightning_streamprof.profiling.actions import ActionScope
 from lightning_streamprof.profiling.exporter import WindowResult
 from lightning_streamprof.profiling.lightning_cli import register as register_cli_errors
+from lightning_streamprof.profiling.on_demand import POLL_SECONDS, SIGNAL
 from lightning_streamprof.profiling.run_report import append_summary
 from lightning_streamprof.profiling.schedule import ACTIVE, SKIP_FIRST, WARMUP
 from lightning_streamprof.profiling.session import Activity
 from lightning_streamprof.profiling.settings import checked_settings
 from lightning_streamprof.profiling.stage import NO_STAGE, NoStage, ProfiledStage
+from lightning_streamprof.profiling.step_watch import WatchSettings
 from lightning_streamprof.profiling.storage import join_path
 from lightning_streamprof.profiling.window_sessions import SessionMaker
 from lightning_streamprof.results import DistributedStats, ProfilingCost
+
+
+WATCH = WatchSettings()
 
 
 class StreamProfiler(Profiler):
     r"""Records Kineto (``torch.profiler``) traces in sampled windows across the whole run and analyses them off the
     training thread, within a budget of the training time.
 
-    Between windows the profiler only counts steps. A window warms up for ``warmup`` steps, then records ``active``
-    steps: one ``ProfilerStep#N`` range per batch (``N`` the global batch index) and Lightning's actions as
-    ``[pl][profile]<action>`` ranges. Background threads write its trace as
+    Between windows the profiler only counts and times steps (the step-time watch: a slowdown that stays records a
+    window at once, ``slowdown``), and a window can be asked for while the job runs (``on_request``). A window warms
+    up for ``warmup`` steps, then records ``active`` steps: one ``ProfilerStep#N`` range per batch (``N`` the global
+    batch index) and Lightning's actions as ``[pl][profile]<action>`` ranges. Background threads write its trace as
     ``<dirpath>/<stage>-<time>/w<window>-step<first step>/rank<global rank>.<ns>.pt.trace.json.gz`` (it opens in
     Perfetto, torch-tb-profiler and HTA) and a worker process analyses it. Each window's cost is measured, and
     windows wait while the cost would go over ``max_overhead`` (:class:`~.schedule.OverheadBudget`). A window due
@@ -91,6 +97,26 @@ class StreamProfiler(Profiler):
         gather_timeout: Seconds rank 0 waits at a gather (each host's local rank 0 half of it).
         timeout: Seconds the profiler waits at most: for the trace directory, a trace's write, and pending exports
             at the end of a stage or at exit.
+        slowdown: The step-time watch (:mod:`.step_watch`): when the median of the last ``slowdown_steps`` steps
+            is at least this many times the run's baseline, a window is recorded at once, whatever the schedule (it
+            takes the next scheduled window's place, within ``max_overhead``), and its report compares it with the
+            last normal window. ``False``: no watch. Validation, checkpoints, StreamPipeline's trials and the
+            profiler's own windows are left out of the step times.
+        slowdown_steps: The recent steps whose median the watch compares with the baseline.
+        stall_factor: A single step at least this many times the baseline is listed as a stall in the summary.
+        on_request: Windows on request (:mod:`.on_demand`): ``streamprof record RUN_DIR`` (a marker file in
+            ``dirpath`` or the run's directory, looked for on global rank 0 every ``request_poll`` seconds and every
+            100 steps, whichever is rarer) or ``request_signal`` sent to the process starts a window at once; its
+            report says it was recorded on request.
+        request_poll: Seconds between two looks for the marker.
+        request_signal: The signal that asks for a window (name or number; not ``SIGUSR1``, SLURM's requeue), handled
+            on the main thread, the earlier handler restored at the end of the stage; ``None``: no signal.
+        memory_snapshot: Record the CUDA caching allocator's history with Python stacks over each window's steps and
+            write it beside the trace as ``rank<R>.memory_snapshot.pickle`` (pytorch.org/memory_viz opens it); the
+            HTML report's Memory section draws its allocated and reserved curve and lists the largest live
+            allocations at the peak by line (:mod:`.memory_snapshot`). Whatever this is, an out-of-memory error in a
+            training step writes ``rank<R>.out_of_memory.txt`` in the run's directory, with the snapshot when the
+            history was on (:mod:`.out_of_memory`), and goes on unchanged.
 
     Raises:
         TypeError: At construction, for an argument of the wrong type (``active=1.5``, ``dirpath=123``,
@@ -135,6 +161,13 @@ class StreamProfiler(Profiler):
         gather_after: int | None = None,
         gather_timeout: float = 30.0,
         timeout: float = 60.0,
+        slowdown: float | bool = WATCH.factor,
+        slowdown_steps: int = WATCH.steps,
+        stall_factor: float = WATCH.stall_factor,
+        on_request: bool = True,
+        request_poll: float = POLL_SECONDS,
+        request_signal: str | int | None = SIGNAL,
+        memory_snapshot: bool = False,
     ) -> None:
         settings = checked_settings(locals())
         super().__init__(dirpath=dirpath, filename=filename)

@@ -26,11 +26,16 @@ import torch
 
 from lightning_streamprof import names
 from lightning_streamprof.profiling.exporter import TraceExporter
+from lightning_streamprof.profiling.memory_snapshot import snapshot_name
 from lightning_streamprof.profiling.pipeline_view import WayLog, choosing
 from lightning_streamprof.profiling.schedule import CHOICE_WAIT, OverheadBudget, Phase, Window, WindowSchedule
 from lightning_streamprof.profiling.session import KinetoSession, SessionBusy, Unrecorded
 from lightning_streamprof.profiling.storage import join_path
 from lightning_streamprof.results import ChoiceWait, TraceIdentity, WindowWay, to_builtins
+from lightning_streamprof.results.triggers import REFERENCE, SLOWDOWN, WindowTrigger
+
+#: a reference window is not placed when the next scheduled window starts within this many steps
+SOON = 100
 
 
 class WindowRecorder:
@@ -94,6 +99,14 @@ class WindowRecorder:
         self.waits: dict[int, ChoiceWait] = {}
         self._held: tuple[int, str] | None = None  # the held window's planned start and whom it waits for
         self._ways = WayLog()  # the open window's ways
+        #: the step-time watch (:class:`~.step_watch.StepWatch`), fed each unprofiled step; None: no watch
+        self.watch: Any = None
+        #: window index -> why it was recorded off the schedule (a slowdown, a request)
+        self.triggers: dict[int, WindowTrigger] = {}
+        self._trigger: WindowTrigger | None = None  # the placed window's, until it ends
+        self._normal_windows = 0  # windows recorded that no slowdown triggered
+        #: the allocator's history over each window (:class:`~.memory_snapshot.MemorySnapshots`); None: not recorded
+        self.memory: Any = None
 
     @property
     def recording(self) -> bool:
@@ -132,6 +145,8 @@ class WindowRecorder:
             self.offset = first()
         elif not self.watching:
             self.budget.unprofiled_step(now - last)
+            if self.watch is not None:
+                self.watch.add(now - last, step - 1)
             if step < self._warmup_start:
                 return
         else:
@@ -194,6 +209,8 @@ class WindowRecorder:
                 return
             self.watching = True
             self.budget.begin_window()
+            if self.memory is not None:
+                self.memory.start()
         if phase is Phase.WARMUP and self._session is None:
             self._session = self._call("prepare", self._open_session)
         elif phase is Phase.ACTIVE:
@@ -249,8 +266,7 @@ class WindowRecorder:
         start = step + 1 + window.start - window.warmup_start  # the window's first recorded step after one more
         if who is not None and start - planned <= CHOICE_WAIT:
             self._held = (planned, who)
-            self._window = dataclasses.replace(window, warmup_start=step + 1, start=start,
-                                               stop=start + window.stop - window.start)
+            self._window = _moved(window, step + 1)
             self._warmup_start = step + 1
             return True
         if self._held is not None:
@@ -295,6 +311,8 @@ class WindowRecorder:
                                 "steps": window.stop - window.start, "host": socket.gethostname()}
         if ways is not None:
             info["pipeline"] = to_builtins(ways)
+        if self._trigger is not None:
+            info["trigger"] = to_builtins(self._trigger)
         return {names.TRACE_METADATA_KEY: info}
 
     def end_window(self) -> None:
@@ -308,6 +326,9 @@ class WindowRecorder:
         first = self.offset + window.start
         window_dir = join_path(self.run_dir, f"w{window.index:03d}-step{first:07d}")
         ways, self._ways = self._ways.result(), WayLog()
+        trigger = self._trigger
+        if self.memory is not None:
+            self.memory.stop(window.index, join_path(window_dir, snapshot_name(self.rank)) if recorded else None)
         if recorded:
             if ways is not None and (len(ways.ways) > 1 or ways.in_trials != ways.first.in_trials):
                 session.add_metadata(self._metadata(window, ways))  # the steps after the first ran other ways
@@ -315,7 +336,7 @@ class WindowRecorder:
             identity = TraceIdentity(
                 path=join_path(window_dir, f"rank{self.rank}.{time.time_ns()}.pt.trace.json.gz"), run=self.run_name,
                 window=window.index, first_step=first, rank=self.rank, world_size=self.world_size,
-                host=socket.gethostname(), pipeline=ways,
+                host=socket.gethostname(), pipeline=ways, trigger=trigger,
             )
             steps = (first, self.offset + min(window.stop, self._next_step))
             if self._agree is not None and not self.exporter.accepting:
@@ -325,6 +346,11 @@ class WindowRecorder:
                                      device_work=bool(getattr(session, "records_device", False)))
         else:  # the run ended during warm-up, or another session held Kineto: nothing was recorded
             session.release()
+        self._trigger = None
+        if trigger is not None:
+            self.triggers[window.index] = trigger
+        if recorded and (trigger is None or trigger.reason != SLOWDOWN):
+            self._normal_windows += 1
         self._windows_done += 1
         self.budget.end_window()
         self._place_next(current=window.stop if self._open_step < 0 else self._open_step + 1)
@@ -353,7 +379,10 @@ class WindowRecorder:
         if defer <= 0:
             return False
         planned = self._window
-        moved = self.schedule.window(self._windows_done, not_before=step + defer)
+        if self._trigger is not None:  # a window off the schedule waits, then records
+            moved = _moved(planned, step + defer)
+        else:
+            moved = self.schedule.window(self._windows_done, not_before=step + defer)
         self._window = moved
         self._warmup_start = moved.warmup_start if moved is not None else math.inf
         if moved is not None and moved.start != planned.start:
@@ -377,8 +406,45 @@ class WindowRecorder:
         self._window = None
         self._warmup_start = math.inf
         self.watching = False
+        self._trigger = None
+        self.watch = None
+        if self.memory is not None:
+            self.memory.stop(-1, None)
         self._step_range = None
         self._open_ranges.clear()
         session, self._session = self._session, None
         if session is not None:
             session.release()
+
+    # ------------------------------------------------------------------ windows off the schedule
+    def request_window(self, trigger: WindowTrigger, step: int | None = None, synced: bool = False) -> bool:
+        """Record a window from ``step`` (run-relative; None: the step now starting), whatever the schedule, for
+        ``trigger`` (it takes the place of the next scheduled window; the overhead budget may make it wait). False
+        while a window is open or placed off the schedule, while its export runs, and for a reference window once a
+        normal window was recorded. A multi-rank run, whose windows every rank places alike, takes only requests
+        that every rank makes at the same step (``synced``), and refuses them by what is alike on every rank: a
+        window open, placed off the schedule or already warming up."""
+        step = self._next_step - 1 if step is None else step
+        if self._session is not None or self._trigger is not None:
+            return False
+        if synced:  # every rank asks at the same step: only what is alike on every rank may refuse
+            if self._window is not None and self._window.warmup_start <= step:
+                return False
+        elif self.watching or self._agree is not None:
+            return False
+        if trigger.reason == REFERENCE and self._normal_windows:
+            return False
+        if trigger.reason == REFERENCE and self._window is not None and self._window.warmup_start - step <= SOON:
+            return False  # the next scheduled window comes soon enough
+        warmup, active = self.schedule.warmup, self.schedule.active
+        self._window = Window(index=self._windows_done, warmup_start=step, start=step + warmup,
+                              stop=step + warmup + active)
+        self._warmup_start = step
+        self._trigger = trigger
+        return True
+
+
+def _moved(window: Window, warmup_start: int) -> Window:
+    """``window`` warming up from ``warmup_start`` instead, its lengths kept."""
+    start = warmup_start + window.start - window.warmup_start
+    return dataclasses.replace(window, warmup_start=warmup_start, start=start, stop=start + window.stop - window.start)

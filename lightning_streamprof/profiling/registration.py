@@ -9,7 +9,12 @@ They add no callback. Every other name goes to Lightning's own resolver unchange
 
 from __future__ import annotations
 
+import ast
+import difflib
 import importlib
+import os
+import re
+import sys
 from typing import Any
 
 PROFILER_NAME = "streamprof"
@@ -26,11 +31,44 @@ def _wrap_init_profiler(setup_module: Any) -> None:
             from lightning_streamprof.profiling.profiler import StreamProfiler
 
             profiler = StreamProfiler()
-        original(trainer, profiler)
+        try:
+            original(trainer, profiler)
+        except Exception as err:  # noqa: BLE001 - Lightning's refusal of a name, said with ours and a suggestion
+            message = unknown_name_message(profiler, str(err))
+            if message is None:
+                raise
+            if _from_lightning_cli():
+                print(f"{os.path.basename(sys.argv[0]) or 'error'}: error: --trainer.profiler: {message}",
+                      file=sys.stderr)
+                raise SystemExit(2) from None
+            raise type(err)(message) from None
 
     setattr(_init_profiler, _WRAPPED_MARK, True)
     _init_profiler.__wrapped__ = original  # type: ignore[attr-defined]
     setup_module._init_profiler = _init_profiler
+
+
+def unknown_name_message(profiler: Any, lightning_message: str) -> str | None:
+    """Lightning's message for an unknown profiler name with ``"streamprof"`` among the names and the closest ones
+    suggested; None for any other error."""
+    known = re.search(r"it can only be one of (\[.*\])", lightning_message)
+    if not isinstance(profiler, str) or known is None:
+        return None
+    names = [*ast.literal_eval(known.group(1)), PROFILER_NAME]
+    close = difflib.get_close_matches(profiler.strip().lower(), names, n=2, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    return (f"Trainer(profiler={profiler!r}): not a profiler name; it can be one of {', '.join(map(repr, names))}"
+            f"{hint}")
+
+
+def _from_lightning_cli() -> bool:
+    """Whether the Trainer is being made by LightningCLI (whose users get one line, not a traceback)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_instantiate_trainer" and frame.f_globals.get("__name__", "").endswith(".cli"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _register(package: str) -> list:

@@ -20,8 +20,11 @@ from lightning_streamprof.profiling.run_results import run_results, with_other_r
 from lightning_streamprof.profiling.storage import join_path, write_atomic
 from lightning_streamprof.report.cost import cost_sentence
 from lightning_streamprof.report.markdown import window_markdown
+from lightning_streamprof.report.slowdown import explanation_sentence, explanation_text, stall_lines, trigger_note
 from lightning_streamprof.report.summary import moved_note, render_windows, waited_note, way_note
 from lightning_streamprof.results import ChoiceWait, DistributedStats, PipelineRun, ProfilingCost, Result, RunResults
+from lightning_streamprof.results.memory_snapshot import SnapshotMemory
+from lightning_streamprof.results.triggers import RunTriggers
 
 #: windows (and distributed windows) the summary shows: the latest, so that it stays short in a long run
 SUMMARY_WINDOWS = 3
@@ -41,18 +44,24 @@ class RunReporter:
 
     def window_text(self, analysis: Result, window: WindowResult, planned: int | None,
                     cost: ProfilingCost | None, wait: ChoiceWait | None = None,
-                    pipeline: PipelineRun | None = None) -> str:
+                    pipeline: PipelineRun | None = None, triggered: RunTriggers | None = None) -> str:
         """A window's ``analysis`` as markdown (``planned``: its first step before the overhead budget moved it;
-        ``wait``: how long it waited for a staging callback's choice), its recommendations given what the run's
-        StreamPipeline does now (``pipeline``, its own state)."""
+        ``wait``: how long it waited for a staging callback's choice; ``triggered``: why windows were recorded off
+        the schedule), its recommendations given what the run's StreamPipeline does now (``pipeline``, its own
+        state)."""
+        why = [] if triggered is None else [
+            trigger_note(window.window, triggered.triggers.get(window.window)),
+            *(explanation_sentence(e) for e in triggered.explained if e.window == window.window)]
         return window_markdown(advised(analysis, pipeline), window.window, window.first_step, window.last_step,
                                moved=moved_note(window.window, window.first_step, planned), path=window.path,
                                cost=cost_sentence(cost) if cost is not None else None,
-                               notes=[n for n in (waited_note(wait), way_note(window.window, window.pipeline)) if n])
+                               notes=[n for n in (*why, waited_note(wait), way_note(window.window, window.pipeline))
+                                      if n])
 
     def write(self, windows: Sequence[WindowResult], written: int, moves: Mapping[int, int], *,
               cost: ProfilingCost | None, notes: Sequence[str], pipeline_text: str, outside: Sequence[str],
-              waits: Mapping[int, ChoiceWait] | None = None, pipeline: PipelineRun | None = None) -> None:
+              waits: Mapping[int, ChoiceWait] | None = None, pipeline: PipelineRun | None = None,
+              triggered: RunTriggers | None = None, snapshots: Sequence[SnapshotMemory] = ()) -> None:
         """On rank 0, once: ``report.html`` of the analysed ``windows`` (of ``written`` in all), with ``notes`` after
         the budget's moves and the waits for a staging callback's choice, the recommendations given what the run's
         StreamPipeline does (``pipeline``, its own state), and StreamPipeline's report (``pipeline_text``) beside it."""
@@ -70,7 +79,7 @@ class RunReporter:
             run, found = with_other_ranks(run, windows, self.world_size, self.timeout)
             notes += found
         self.report_path = write_run_files(self.run_dir, run, pipeline_text=pipeline_text or None, notes=notes,
-                                           cost=cost, outside=outside)
+                                           cost=cost, outside=outside, triggered=triggered, snapshots=snapshots)
         self.run = run
 
     @property
@@ -81,14 +90,17 @@ class RunReporter:
     def summary(self, windows: Sequence[WindowResult], written: int, moves: Mapping[int, int], *,
                 cost: ProfilingCost | None, problems: Sequence[str], outside: Sequence[str],
                 distributed: Sequence[DistributedStats], reports: Sequence[str], log_dirs: Sequence[str],
-                waits: Mapping[int, ChoiceWait] | None = None, pipeline: PipelineRun | None = None) -> str:
-        """The last windows' results, what went wrong (``problems``), what the fit spent ``outside`` its training
-        steps, the last distributed windows, the callbacks' ``reports`` and the commands to run next; before the
+                waits: Mapping[int, ChoiceWait] | None = None, pipeline: PipelineRun | None = None,
+                triggered: RunTriggers | None = None) -> str:
+        """The last windows' results, why windows were recorded off the schedule, each slowdown against the last
+        normal window, the single stalls (``triggered``), what went wrong (``problems``), what the fit spent
+        ``outside`` its training steps, the last distributed windows, the callbacks' ``reports`` and the commands to run next; before the
         run's report, each window's recommendations given what the run's StreamPipeline does now (``pipeline``)."""
         problems = [f"StreamProfiler: {line}" for line in problems]
         if not windows:
-            return "\n".join(["StreamProfiler: no window was recorded.", *problems, *outside, *reports])
-        footer = [*problems, *outside]
+            return "\n".join(["StreamProfiler: no window was recorded.", *triggered_lines(triggered), *problems,
+                              *outside, *reports])
+        footer = [*triggered_lines(triggered), *problems, *outside]
         if distributed:
             from lightning_streamprof.report.text import render_distributed
 
@@ -98,7 +110,18 @@ class RunReporter:
             windows = [dataclasses.replace(w, analysis=advised(w.analysis, pipeline)) if w.analysis else w
                        for w in windows]
         return render_windows(windows, rank=self.rank, cost=cost, row_limit=self.row_limit, total=written,
-                              shown=SUMMARY_WINDOWS, run=self.run, moves=moves, waits=waits, footer=footer)
+                              shown=SUMMARY_WINDOWS, run=self.run, moves=moves, waits=waits, footer=footer,
+                              triggers=triggered.triggers if triggered else None)
+
+
+def triggered_lines(triggered: RunTriggers | None) -> list[str]:
+    """Each slowdown against the last normal window (the sentence, then its table), the stalls, and why the watch
+    is off where it is."""
+    if triggered is None:
+        return []
+    lines = [explanation_text(e) for e in triggered.explained[-SUMMARY_WINDOWS:]]
+    lines += stall_lines(triggered.stalls, triggered.more_stalls, triggered.stall_factor)
+    return [*lines, *(f"StreamProfiler: {note}" for note in triggered.notes)]
 
 
 def advised(analysis: Result, pipeline: PipelineRun | None) -> Result:
@@ -117,7 +140,8 @@ def _write(path: str, text: str) -> None:
 
 
 def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None, notes: Sequence[str],
-                    cost: ProfilingCost | None = None, outside: Sequence[str] = ()) -> str | None:
+                    cost: ProfilingCost | None = None, outside: Sequence[str] = (),
+                    triggered: RunTriggers | None = None, snapshots: Sequence[SnapshotMemory] = ()) -> str | None:
     """Write ``report.html`` (and StreamPipeline's report, when there is one) in ``run_dir``; returns the
     report's path, or None (with a warning) when it could not be written. ``outside``: what the fit spent outside
     its training steps."""
@@ -128,7 +152,8 @@ def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None,
         if pipeline_text:
             _write(join_path(run_dir, names.PIPELINE_NOTES_FILE), pipeline_text + "\n")
         _write(path, render_report([run], run_dir, pipeline={run.run: pipeline_text} if pipeline_text else None,
-                                   notes=notes, cost=cost, outside=outside))
+                                   notes=notes, cost=cost, outside=outside,
+                                   explained=triggered.explained if triggered else None, snapshots=snapshots))
     except Exception as err:  # noqa: BLE001 - the run is over; a missing report is a warning
         warnings.warn(f"StreamProfiler: could not write the HTML report {path}: {err}", stacklevel=2)
         return None
@@ -181,7 +206,6 @@ def next_commands(run_dir: str, report: str | None, log_dirs: Sequence[str] = ()
     lines.append("Next:")
     streamprof = command("streamprof")
     lines.append(f"  {streamprof} analyze {shlex.quote(run_dir)}")
-    lines.append(f"  {streamprof} report {shlex.quote(run_dir)} -o report.html")
     lines += [f"  {tensorboard} --logdir {shlex.quote(d)}" for d in log_dirs]
     return lines
 

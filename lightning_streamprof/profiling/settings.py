@@ -5,6 +5,7 @@ budget, the recording options. Each wrong type or value is refused with one line
 from __future__ import annotations
 
 import os
+import signal
 import warnings
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -18,6 +19,8 @@ from lightning_streamprof.profiling.argument_checks import (
     check_path,
 )
 from lightning_streamprof.profiling.schedule import MINIMUMS, TAIL_STEPS, WindowSchedule
+from lightning_streamprof.profiling.on_demand import signal_number
+from lightning_streamprof.profiling.step_watch import FACTOR, MIN_STEPS, WatchSettings
 
 OWNER = "StreamProfiler"
 #: activity names ``activities`` may hold
@@ -26,11 +29,13 @@ ACTIVITIES = ("cpu", "cuda")
 RECORDING_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops")
 #: ``max_overhead="auto"``: this share of the training time, and :data:`DETAILED_OVERHEAD` with one of
 #: :data:`DETAILED_OPTIONS`, whose windows cost two to three times as much (on an H200 0.29 s against 0.14 s,
-#: ``benchmarks/results``)
+#: ``benchmarks/results/profiler-overhead/profiler_overhead-h200-overhead-b.md``)
 AUTO_OVERHEAD = 0.01
 DETAILED_OVERHEAD = 0.02
 DETAILED_OPTIONS = ("record_shapes", "profile_memory", "with_stack")
-_BOOLS = (*RECORDING_OPTIONS, "analyze")
+_BOOLS = (*RECORDING_OPTIONS, "analyze", "memory_snapshot")
+#: signals a request may not take: SLURM's requeue, and those that stop or kill a process
+_FORBIDDEN_SIGNALS = {getattr(signal, n) for n in ("SIGUSR1", "SIGKILL", "SIGSTOP", "SIGINT") if hasattr(signal, n)}
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,12 @@ class ProfilerSettings:
     gather_after: int | None
     gather_timeout: float
     timeout: float
+    watch: WatchSettings | None = None
+    #: windows on request: the seconds between looks for the marker (None: no marker, no signal), the signal's number
+    request_poll: float | None = None
+    request_signal: int | None = None
+    #: the CUDA allocator's history with stacks for each window's steps, beside its trace
+    memory_snapshot: bool = False
 
 
 def checked_settings(given: dict[str, Any]) -> ProfilerSettings:
@@ -87,7 +98,38 @@ def checked_settings(given: dict[str, Any]) -> ProfilerSettings:
         max_overhead=max_overhead, recording={name: getattr(a, name) for name in RECORDING_OPTIONS},
         activities=activities, compress_level=a.compress_level, row_limit=a.row_limit, analyze=a.analyze,
         all_threads=a.all_threads, straggler_threshold=a.straggler_threshold, gather_after=a.gather_after,
-        gather_timeout=a.gather_timeout, timeout=a.timeout)
+        gather_timeout=a.gather_timeout, timeout=a.timeout, watch=_watch(a), **_requests(a),
+        memory_snapshot=a.memory_snapshot)
+
+
+def _requests(a: SimpleNamespace) -> dict[str, Any]:
+    """Windows on request: the marker's poll period and the signal (none with ``on_request=False``)."""
+    check_bool(OWNER, "on_request", a.on_request)
+    poll = check_number(OWNER, "request_poll", a.request_poll, above=0)
+    what = "a signal's name or number (not SIGUSR1, which SLURM sends for requeue) or None"
+    if a.request_signal is not None and (isinstance(a.request_signal, bool) or
+                                         not isinstance(a.request_signal, (str, int))):
+        raise TypeError(f"{OWNER}: `request_signal` must be {what}, got {a.request_signal!r} "
+                        f"({type(a.request_signal).__name__})")
+    try:
+        signum = signal_number(a.request_signal)
+    except ValueError:
+        signum = -1
+    if signum == -1 or (signum is not None and signum in _FORBIDDEN_SIGNALS):
+        raise ValueError(f"{OWNER}: `request_signal` must be {what}, got {a.request_signal!r}")
+    if not a.on_request:
+        return {}
+    return {"request_poll": poll, "request_signal": signum}
+
+
+def _watch(a: SimpleNamespace) -> WatchSettings | None:
+    """The step-time watch's settings (None: ``slowdown=False``, no watch)."""
+    if a.slowdown is False:
+        return None
+    factor = FACTOR if a.slowdown is True else check_number(OWNER, "slowdown", a.slowdown, above=1, also="False")
+    steps = check_int(OWNER, "slowdown_steps", a.slowdown_steps, MIN_STEPS)
+    stall = check_number(OWNER, "stall_factor", a.stall_factor, above=1)
+    return WatchSettings(factor=factor, steps=steps, stall_factor=stall)
 
 
 def _max_overhead(a: SimpleNamespace) -> float | None:

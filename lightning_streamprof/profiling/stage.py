@@ -23,6 +23,8 @@ from lightning_streamprof.profiling.exporter import TraceExporter, WindowResult
 from lightning_streamprof.profiling.loggers import OVERHEAD_TAG, LoggerFanOut
 from lightning_streamprof.profiling.loop_time import CHECKPOINT, LoopTime, trainer_loaders
 from lightning_streamprof.profiling.metrics import headline_metrics
+from lightning_streamprof.profiling.off_schedule import OffSchedule
+from lightning_streamprof.profiling.out_of_memory import is_out_of_memory
 from lightning_streamprof.profiling.pipeline_view import run_pipeline, stateful
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.run_dir import new_run_name
@@ -66,6 +68,9 @@ class ProfiledStage:
             lambda: sessions(staging_callbacks(trainer())), self._global_step, run_name=run_name, run_dir=run_dir,
             rank=self.rank, world_size=world_size, agree=agg.agree_defer if agg is not None else None,
             on_window_end=agg.window_ended if agg is not None else None, pipelines=self._pipelines)
+        #: the windows off the schedule: the step-time watch, the requests, the memory snapshots
+        self.off = OffSchedule(settings, self.recorder, self._pipelines, base=base, run_dir=run_dir, rank=self.rank,
+                               world_size=world_size, fit=self._fit, share=agg)
         self.end_seconds: float | None = None  # what the end of the stage took, once it ended
         self._failed = False
         self._seen_exception = 0
@@ -116,6 +121,7 @@ class ProfiledStage:
         self.quiet.learn(action)
         if self.loop_time is not None:
             self.loop_time.start(action)
+        self.off.action(action)
         if action == CHECKPOINT:
             # a trace that Kineto's writer is still saving to the temporary directory may share its disk with the
             # checkpoint: the save (a fraction of a step) ends first, and a failed one has given its space back
@@ -141,6 +147,8 @@ class ProfiledStage:
         if isinstance(err, StopIteration) or id(err) == self._seen_exception:
             return
         self._seen_exception = id(err)
+        if self.writable and is_out_of_memory(err):
+            self.off.out_of_memory(self.reporter.run_dir, self.rank, self.recorder.offset + self.recorder.next_step - 1)
         self.end_open_window()
 
     def _step_boundary(self) -> None:
@@ -149,6 +157,7 @@ class ProfiledStage:
             self.log_ready()
         if self.aggregator is not None:
             self.aggregator.at_step(self.recorder.next_step)
+        self.off.at_step(self._guarded)
         self._guarded(self.recorder.step_boundary, self._first_batch)
 
     def _first_batch(self) -> int:
@@ -181,9 +190,10 @@ class ProfiledStage:
                 self.aggregator.add_local(result.window, result.analysis, result.global_step)
             if result.analysis is None:
                 continue
+            self.off.analysed(result.window, result.analysis)
             cost = self.cost
             text = self.reporter.window_text(result.analysis, result, self.recorder.moves.get(result.window), cost,
-                                             self.recorder.waits.get(result.window), pipeline)
+                                             self.recorder.waits.get(result.window), pipeline, self.off.triggered())
             metrics = result.metrics if result.metrics is not None else headline_metrics(result.analysis)
             if cost is not None:
                 metrics = {**metrics, OVERHEAD_TAG: cost.fraction}
@@ -250,9 +260,11 @@ class ProfiledStage:
             return
         outside, advice = self.outside_training()
         text = "\n".join(cb.report() for cb in staging_callbacks(self._trainer()))
+        snapshots, unread = self.off.snapshots(self.rank, self.settings.timeout)
         self.reporter.write(self.exporter.results, self.exporter.written, self.recorder.moves, cost=self.cost,
-                            notes=[*self._sessions.notes(), *advice], pipeline_text=text, outside=outside,
-                            waits=self.recorder.waits, pipeline=self.pipeline())
+                            notes=[*self._sessions.notes(), *advice, *self.off.notes, *unread], pipeline_text=text,
+                            outside=outside, waits=self.recorder.waits, pipeline=self.pipeline(),
+                            triggered=self.off.triggered(), snapshots=snapshots)
 
     def outside_training(self) -> tuple[list[str], list[str]]:
         """What the fit spent outside its training steps (validation, epoch starts, checkpoints), and the advice
@@ -273,19 +285,21 @@ class ProfiledStage:
             self.windows(), self.exporter.written, self.recorder.moves, cost=self.cost,
             problems=self.exporter.problems.lines(), outside=[*outside, *advice], distributed=self.distributed,
             reports=[cb.report() for cb in staging_callbacks(self._trainer())], log_dirs=self.loggers.log_dirs(),
-            waits=self.recorder.waits, pipeline=self.pipeline())
+            waits=self.recorder.waits, pipeline=self.pipeline(), triggered=self.off.triggered())
 
     def close(self) -> None:
         """Finish, then stop the exporter's threads and worker, once (the windows stay readable)."""
         if self._closed:
             return
         self._closed = True
+        self.off.close()
         self.finish()
         self.exporter.close(self.settings.timeout)
         self.warn_problems()
 
     def release(self) -> None:
         """For ``__del__``: nothing waits; a window still open is handed over and finished in the background."""
+        self.off.close()
         self.end_open_window()
         self.exporter.release()
 

@@ -43,6 +43,7 @@ class Comparison:
     breakdown: list[Row]
     gpu: list[Row]
     kernels: list[Row]
+    operators: list[Row]
     memory: list[Row]
     ranks: list[Row]
     a: Result
@@ -52,6 +53,20 @@ class Comparison:
 def _per_step_kernels(result: Result) -> dict[str, float]:
     n = max(result.steps.count, 1)
     return {k.name: ms(k.total_ns) / n for k in result.kernels}
+
+
+def _per_step_operators(result: Result) -> dict[str, float]:
+    """Host self time per step of each operator name (input shapes merged): what a CPU run has to compare."""
+    n, out = max(result.steps.count, 1), {}
+    for op in result.operators:
+        out[op.name] = out.get(op.name, 0.0) + ms(op.host_self_ns) / n
+    return out
+
+
+def _top(a: dict[str, float], b: dict[str, float], top: int) -> list[str]:
+    """The ``top`` names of either side by value, the largest first."""
+    names = set(sorted(a, key=a.get, reverse=True)[:top]) | set(sorted(b, key=b.get, reverse=True)[:top])
+    return sorted(names, key=lambda n: -max(a.get(n, 0.0), b.get(n, 0.0)))
 
 
 def _peaks(result: Result) -> dict[str, float]:
@@ -73,8 +88,7 @@ def _rows(a: dict, b: dict, keys: Sequence) -> list[Row]:
 def compare(a: Result, b: Result, a_label: str = "A", b_label: str = "B", top: int = 10) -> Comparison:
     """The comparison of ``b`` against ``a``; kernels are the ``top`` of either side by time per step."""
     ka, kb = _per_step_kernels(a), _per_step_kernels(b)
-    names = sorted(set(sorted(ka, key=ka.get, reverse=True)[:top]) | set(sorted(kb, key=kb.get, reverse=True)[:top]),
-                   key=lambda n: -max(ka.get(n, 0.0), kb.get(n, 0.0)))
+    oa, ob = _per_step_operators(a), _per_step_operators(b)
     pa, pb = _peaks(a), _peaks(b)
     ra, rb = _rank_steps(a), _rank_steps(b)
     ga, gb = gpu_overview(a), gpu_overview(b)
@@ -85,7 +99,8 @@ def compare(a: Result, b: Result, a_label: str = "A", b_label: str = "B", top: i
         step=[Row("step", a.steps.mean_ms if a.steps.count else None, b.steps.mean_ms if b.steps.count else None)],
         breakdown=_rows(a.steps.breakdown_ms, b.steps.breakdown_ms, CATEGORIES),
         gpu=[r for r in gpu if r.a is not None or r.b is not None],
-        kernels=_rows(ka, kb, names),
+        kernels=_rows(ka, kb, _top(ka, kb, top)),
+        operators=_rows(oa, ob, _top(oa, ob, top)),
         memory=_rows(pa, pb, sorted(set(pa) | set(pb))),
         ranks=[Row(f"rank {r}", ra.get(r), rb.get(r)) for r in sorted(set(ra) | set(rb))] if len(ra) + len(rb) > 2
         else [],
@@ -106,6 +121,7 @@ def groups(c: Comparison) -> list[tuple[str, str, list[Row]]]:
     """``(title, unit in words, rows)`` of every non-empty table."""
     out = [("Step time", "ms per step", c.step), ("Step breakdown", "ms per step", c.breakdown),
            ("GPU", "percent", c.gpu), ("Top kernels", "ms per step", c.kernels),
+           ("Top operators", "ms of host self time per step", c.operators),
            ("Peak memory allocated", "MiB", c.memory), ("Step time per rank", "ms per step", c.ranks)]
     out = [(title, unit, [r for r in rows if r.a or r.b]) for title, unit, rows in out]  # both 0 or None: left out
     return [g for g in out if g[2]]
@@ -167,8 +183,31 @@ def render_compare_html(c: Comparison) -> str:
     ]) + f'<p class="note">A: {for_html(c.a_label)}<br>B: {for_html(c.b_label)}</p>'
     bars = svg.legend(CATEGORIES) + svg.stacked_bars([("A", c.a.steps.breakdown_ms), ("B", c.b.steps.breakdown_ms)],
                                                      CATEGORIES)
-    sections = [("overview", "Overview", overview), ("breakdown", "Step breakdown", bars)]
+    sections = [("overview", "Overview", overview)]
     for title, unit, rows in groups(c):
         anchor = title.lower().replace(" ", "-")
-        sections.append((anchor, title, note(f"In {unit}.") + _html_rows(rows)))
+        chart = bars if title == "Step breakdown" else ""  # the bars head the breakdown's table: one section
+        sections.append((anchor, title, chart + note(f"In {unit}.") + _html_rows(rows)))
     return page("streamprof compare", for_html(f"A: {c.a_label} · B: {c.b_label}"), sections)
+
+
+def compare_slowdowns(windows: Sequence, top: int = 10) -> tuple[str, str] | None:
+    """A run's slowdowns (``windows``: its :class:`~lightning_streamprof.results.WindowResults`), each window the
+    profiler recorded because the run slowed down against the last normal window before it: the explanation, then
+    every table of the comparison; as text and as an HTML page. None when the run has no such pair."""
+    from lightning_streamprof.report.slowdown import explanation_html, explanation_text, trigger_note
+    from lightning_streamprof.results.triggers import explain, slowdown_pairs
+
+    pairs = slowdown_pairs(windows)
+    if not pairs:
+        return None
+    texts, sections = [], []
+    for normal, slow, trigger in pairs:
+        e = explain(normal, slow, trigger)
+        c = compare(normal, slow, f"window {e.normal_window} (normal)", f"window {e.window} (slowdown)", top=top)
+        texts += [f"{trigger_note(e.window, trigger)}.\n{explanation_text(e)}", render_compare_text(c)]
+        sections.append((f"window{e.window}", f"Window {e.window} against window {e.normal_window}",
+                         explanation_html(e) + "".join(f"<h3>{for_html(title)}</h3>" + note(f"In {unit}.")
+                                                       + _html_rows(rows) for title, unit, rows in groups(c))))
+    return "\n\n".join(texts), page("streamprof compare: slowdowns", "each slowdown against the last normal window",
+                                    sections)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lightning_streamprof.results import ProfilingCost
+from lightning_streamprof.words import counted
 
 #: how the cost is measured, in one sentence's words (the overhead budget's rule, profiling/schedule.py)
 HOW_MEASURED = ("the slowdown of every step over the unprofiled steps' typical time, from a window's first warm-up "
@@ -23,7 +24,7 @@ def cost_headline(cost: ProfilingCost) -> str:
 
 def cost_sentence(cost: ProfilingCost) -> str:
     """The cost over its windows with how it was measured, against the budget, and what the end of the stage took."""
-    windows = f"{cost.windows} window{'s' if cost.windows != 1 else ''}"
+    windows = counted(cost.windows, "window")
     text = (f"Profiling cost {100 * cost.fraction:.1f}% of the training time ({cost.seconds:.2f} s of "
             f"{cost.training_seconds:.2f} s, {windows}): measured as {HOW_MEASURED}.")
     if cost.over_budget and cost.max_overhead is not None:
@@ -37,6 +38,10 @@ def cost_sentence(cost: ProfilingCost) -> str:
                      f" max_overhead (this one trained {cost.training_seconds:.0f} s).")
     elif cost.max_overhead is not None:
         text += f" Within max_overhead ({100 * cost.max_overhead:g}%)."
+    else:
+        text += (" No budget in this run (max_overhead=None): its windows fall where the schedule puts them; the"
+                 " default, max_overhead=\"auto\", moves them so that profiling stays within 1% of the training time"
+                 " (2% with record_shapes, profile_memory or with_stack).")
     if cost.end_seconds is not None and cost.end_seconds >= 0.005:
         text += (f" The end of the stage took {cost.end_seconds:.2f} s more for the last window's export and"
                  " the report.")

@@ -16,12 +16,16 @@ from urllib.parse import quote
 from lightning_streamprof.escape import for_html
 from lightning_streamprof.report import distributed, svg
 from lightning_streamprof.report.cost import cost_sentence
+from lightning_streamprof.report.devices import device_note
 from lightning_streamprof.report.findings import findings
+from lightning_streamprof.report.hta_sections import render_html as hta_sections
 from lightning_streamprof.report.page import cards, note, page, table
+from lightning_streamprof.report.memory_snapshot import snapshots_html
+from lightning_streamprof.report.slowdown import section_html
 from lightning_streamprof.report.summary import settled, way_note
-from lightning_streamprof.report.units import mib, ms, pct_text
-from lightning_streamprof.results import (CATEGORIES, PipelineRun, ProfilingCost, Result, RunResults, Steps,
-                                          TraceIdentity, WindowResults)
+from lightning_streamprof.report.units import UNKNOWN, mib, ms, pct_text
+from lightning_streamprof.results import (CATEGORIES, PipelineRun, PipelineWork, ProfilingCost, Result, RunResults,
+                                          Steps, TraceIdentity, WindowResults)
 
 TOP = 50
 _CHARTS = 12
@@ -73,6 +77,8 @@ def _overview(result: Result, notes: Sequence[str], cost: ProfilingCost | None =
                       f"of the training time: {cost.seconds:.2f} s of {cost.training_seconds:.2f} s"))
     extra = f'<p class="note">{for_html(cost_sentence(cost))}</p>' if cost is not None else ""
     extra += "".join(f'<p class="note">{for_html(n)}</p>' for n in outside)
+    extra += "".join(f'<p class="note">{for_html(n)}</p>' for n in dict.fromkeys(filter(None, map(device_note,
+                                                                                                      result.gpu))))
     extra += "".join(f'<p class="note warn">{for_html(n)}</p>' for n in [*notes, *unsettled_notes(result)])
     return cards(items) + extra
 
@@ -113,7 +119,12 @@ def _breakdown(run: RunResults) -> str:
     columns = [("category", lambda c: c), ("mean per step (ms)", lambda c: merged.breakdown_ms[c]),
                ("share of step",
                 lambda c: pct_text(merged.breakdown_ms[c] / merged.mean_ms) if merged.mean_ms else None)]
-    return "".join(parts) + table(columns, list(CATEGORIES))
+    timed = [c for c in CATEGORIES if merged.breakdown_ms.get(c, 0.0) > 0]
+    idle = [c for c in CATEGORIES if c not in timed]
+    if idle:
+        parts.append(note(f"No time in these steps: {', '.join(idle)}"
+                          + (" (no GPU work in the traces)." if not run.merged.gpu else ".")))
+    return "".join(parts) + table(columns, timed)
 
 
 def _gpu_timelines(result: Result) -> str:
@@ -188,10 +199,11 @@ def _operators(result: Result) -> str:
     return out
 
 
-def _memory(result: Result) -> str:
+def _memory(result: Result, snapshots: bool = False) -> str:
     mem = result.memory
     if not mem.devices:
-        return note("No memory events: record with StreamProfiler(profile_memory=True) for the memory view.")
+        return "" if snapshots else note("No memory events: record with StreamProfiler(profile_memory=True) for "
+                                         "the memory view.")
     devices = sorted(mem.devices, key=lambda d: (d.device == "CPU", d.window or 0, d.rank or 0))
     figures = []
     for d in devices[:_CHARTS]:
@@ -252,6 +264,15 @@ def _pipeline_card(result: Result, state: PipelineRun | None) -> tuple[str, str,
             "its ranges are in the steps" if work.pipelined else "add StreamPipeline() to the callbacks")
 
 
+def _frozen_card(work: PipelineWork) -> tuple[str, str, str]:
+    """Frozen modules' forward per step; n/a when the traces hold no module frames to find them by."""
+    if not work.module_frames:
+        return ("frozen modules' forward", UNKNOWN,
+                "the traces hold no module frames: record with StreamProfiler(with_stack=True) to time them")
+    return ("frozen modules' forward", f"{ms(work.frozen_ns) / work.steps:.3f} ms",
+            "per step: " + (", ".join(work.frozen_names[:3]) or "no frozen module's forward in the steps"))
+
+
 def _pipeline(result: Result, pipeline_text: str | None, state: PipelineRun | None = None) -> str:
     work = result.pipeline
     parts = []
@@ -263,8 +284,7 @@ def _pipeline(result: Result, pipeline_text: str | None, state: PipelineRun | No
             _pipeline_card(result, state),
             ("on_after_batch_transfer", f"{ms(work.hook_ns) / n:.3f} ms",
              "per step: " + ", ".join(work.hook_names[:3])),
-            ("frozen modules' forward", f"{ms(work.frozen_ns) / n:.3f} ms",
-             "per step: " + (", ".join(work.frozen_names[:3]) or "no frozen module's forward in the steps")),
+            _frozen_card(work),
         ]))
     return "".join(parts)
 
@@ -288,17 +308,21 @@ def _traces(result: Result) -> str:
 
 def run_sections(run: RunResults, *, pipeline_text: str | None = None, notes: Sequence[str] = (),
                  prefix: str = "", cost: ProfilingCost | None = None,
-                 outside: Sequence[str] = ()) -> list[tuple[str, str, str]]:
-    """The sections of one run: ``(anchor, heading, HTML)``."""
+                 outside: Sequence[str] = (), explained: Sequence | None = None,
+                 snapshots: Sequence = ()) -> list[tuple[str, str, str]]:
+    """The sections of one run: ``(anchor, heading, HTML)``; ``explained``: the slowdowns' explanations (None: found
+    among the run's windows); ``snapshots``: the windows' memory snapshots."""
     r = run.merged
     p = f"{prefix}-" if prefix else ""
     return [
         (f"{p}overview", "Overview", _overview(r, notes, cost, outside)),
+        (f"{p}off-schedule", "Windows off the schedule", section_html(r.traces, run.windows, explained)),
         (f"{p}breakdown", "Step breakdown", _breakdown(run)),
         (f"{p}gpu", "GPU utilization", _gpu_timelines(r)),
         (f"{p}kernels", "Kernels", _kernels(r)),
         (f"{p}operators", "Operators and source lines", _operators(r)),
-        (f"{p}memory", "Memory", _memory(r)),
+        (f"{p}memory", "Memory", _memory(r, bool(snapshots)) + snapshots_html(snapshots)),
+        *hta_sections(r, prefix=p, limit=TOP),
         (f"{p}distributed", "Distributed", distributed.render(r)),
         (f"{p}recommendations", "Recommendations", _recommendations(r, run.windows)),
         (f"{p}pipeline", "StreamPipeline", _pipeline(r, pipeline_text, run.pipeline)),
@@ -307,14 +331,19 @@ def run_sections(run: RunResults, *, pipeline_text: str | None = None, notes: Se
 
 
 def render_report(runs: Sequence[RunResults], source: str = "", *, pipeline: Mapping[str | None, str] | None = None,
-                  notes: Sequence[str] = (), cost: ProfilingCost | None = None, outside: Sequence[str] = ()) -> str:
+                  notes: Sequence[str] = (), cost: ProfilingCost | None = None, outside: Sequence[str] = (),
+                  explained: Sequence | None = None, snapshots: Sequence = ()) -> str:
     """The whole HTML document for ``runs`` (each run's sections in turn); ``pipeline`` holds StreamPipeline's
     report of each run, ``notes`` lines for the overview (e.g. windows the overhead budget moved), ``cost`` what
-    profiling cost the run and ``outside`` what it spent outside its training steps (the profiler's own report)."""
+    profiling cost the run and ``outside`` what it spent outside its training steps, ``explained`` its slowdowns'
+    explanations (the profiler's own report); ``snapshots`` the windows' memory snapshots (each run gets those under
+    its directory)."""
     sections: list[tuple[str, str, str]] = []
     for i, run in enumerate(runs):
         body = run_sections(run, pipeline_text=(pipeline or {}).get(run.run), notes=notes,
-                            prefix=f"run{i}" if len(runs) > 1 else "", cost=cost, outside=outside)
+                            prefix=f"run{i}" if len(runs) > 1 else "", cost=cost, outside=outside,
+                            explained=explained,
+                            snapshots=[m for m in snapshots if len(runs) == 1 or f"/{run.run}/" in m.path])
         if len(runs) > 1:
             body = [(a, f"{run.run} · {h}", html) for a, h, html in body]
         sections += body

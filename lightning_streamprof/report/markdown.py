@@ -11,6 +11,8 @@ import re
 from collections.abc import Sequence
 
 from lightning_streamprof.escape import for_terminal
+from lightning_streamprof.names import hook_label
+from lightning_streamprof.report.hta_sections import hook_rows, hook_sentence
 from lightning_streamprof.report.units import ms_text, pct_text
 from lightning_streamprof.results import Result
 
@@ -71,6 +73,11 @@ def window_markdown(result: Result, window: int, first_step: int, last_step: int
         lines += ["", "| top operators | calls | host self (ms) | device self (ms) |", "|---|--:|--:|--:|"]
         lines += [f"| {_code(_short(o.name))} | {o.calls} | {ms_text(o.host_self_ns)} | {ms_text(o.device_self_ns)} |"
                   for o in result.operators[:_TOP]]
+    sentence = hook_sentence(result)
+    if sentence and result.hta is not None:
+        lines += ["", _escape(sentence), "", "| hook | calls | host (ms) | GPU (ms) |", "|---|--:|--:|--:|"]
+        lines += [f"| {_code(hook_label(r.name))} | {r.calls} | {ms_text(r.host_ns)} | {ms_text(r.self_kernel_ns)} |"
+                  for r in hook_rows(result.hta.hooks)[:_TOP]]
     if result.recommendations:
         lines += ["", "**Recommendations**", ""]
         lines += [f"- {_code(r.id)}: {_escape(r.message)}" for r in result.recommendations]

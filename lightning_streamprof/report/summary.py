@@ -8,8 +8,12 @@ from typing import Protocol
 from lightning_streamprof.escape import for_terminal
 from lightning_streamprof.report.cost import cost_headline, cost_sentence
 from lightning_streamprof.report.findings import findings
+from lightning_streamprof.report.hta_sections import hook_sentence
 from lightning_streamprof.report.tables import OPERATOR_COLUMNS, console, finding_lines, headline_lines, plain, table
+from lightning_streamprof.report.slowdown import trigger_note
 from lightning_streamprof.results import ChoiceWait, ProfilingCost, Result, RunResults, WindowWay
+from lightning_streamprof.results.triggers import WindowTrigger
+from lightning_streamprof.words import counted
 
 
 class Window(Protocol):
@@ -69,16 +73,18 @@ def render_windows(
     total: int | None = None, shown: int = 3, *,
     run: RunResults | None = None, moves: Mapping[int, int] | None = None,
     waits: Mapping[int, ChoiceWait] | None = None, footer: Sequence[str] = (),
+    triggers: Mapping[int, WindowTrigger] | None = None,
 ) -> str:
     """One short block for each of the last ``shown`` windows (steps, trace path on its own line, GPU metrics,
     step breakdown in ms, top operators), then the recommendations once per kind with each window's evidence
     (from ``run``), then what profiling cost (``cost``) and ``footer`` lines. ``total`` windows were written in all
     (the rest are counted, so the text stays short). A window says when the overhead budget moved it (``moves``), when
-    it waited for a staging callback's choice of way (``waits``) and the way that callback ran it. Plain text, no
+    it waited for a staging callback's choice of way (``waits``), the way that callback ran it, and why it was
+    recorded off the schedule (``triggers``: a slowdown, a request). Plain text, no
     colour codes, paths never wrapped, trace text escaped."""
     out, buf = console(120)
     total = len(windows) if total is None else total
-    head = f"StreamProfiler: {total} window(s) on rank {rank}"
+    head = f"StreamProfiler: {counted(total, 'window')} on rank {rank}"
     if cost is not None:
         head += f", {cost_headline(cost)}"
     plain(out, head)
@@ -87,7 +93,8 @@ def render_windows(
         plain(out, f"(the last {len(latest)} shown; `streamprof analyze` on the run's directory reads them all)")
     for res in latest:
         plain(out, f"window {res.window}: steps {res.first_step}-{res.last_step}")
-        notes = (moved_note(res.window, res.first_step, (moves or {}).get(res.window)),
+        notes = (trigger_note(res.window, (triggers or {}).get(res.window)),
+                 moved_note(res.window, res.first_step, (moves or {}).get(res.window)),
                  waited_note((waits or {}).get(res.window)), way_note(res.window, getattr(res, "pipeline", None)))
         for note in notes:
             if note:
@@ -98,6 +105,9 @@ def render_windows(
             continue
         for line in headline_lines(res.analysis):
             plain(out, line)
+        sentence = hook_sentence(res.analysis)
+        if sentence:
+            plain(out, f"  {sentence}")
         if run is None:
             for rec in res.analysis.recommendations:
                 plain(out, f"  -> [{rec.id}] {for_terminal(rec.message)}")

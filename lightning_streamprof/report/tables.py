@@ -15,12 +15,15 @@ from rich.table import Table
 from rich.text import Text
 
 from lightning_streamprof.escape import for_terminal
+from lightning_streamprof.report.devices import device_note
 from lightning_streamprof.report.findings import Finding
 from lightning_streamprof.report.units import ms_text, pct_text
 from lightning_streamprof.results import Result
 
 Column = tuple[str, Callable[[Any], Any]]
 NAME_WIDTH = 72
+#: the name column keeps at least this width however many columns follow
+NAME_MIN_WIDTH = 24
 
 
 def console(width: int) -> tuple[Console, io.StringIO]:
@@ -46,7 +49,7 @@ def table(title: str | None, columns: Sequence[Column], rows: Sequence[Any], top
     out = Table(title=title, title_justify="left")
     for i in keep:
         out.add_column(columns[i][0], justify="left" if i == 0 else "right", overflow="fold",
-                       no_wrap=i != 0)
+                       no_wrap=i != 0, min_width=NAME_MIN_WIDTH if i == 0 else None)
     for c in cells:
         out.add_row(*(c[i] for i in keep))
     return out
@@ -70,6 +73,9 @@ def headline_lines(result: Result) -> list[str]:
             f"  {where}: GPU utilization {pct_text(gpu.utilization)}, Est. SM efficiency {pct_text(gpu.sm_efficiency)},"
             f" Est. achieved occupancy {pct_text(gpu.achieved_occupancy)}"
         )
+        note = device_note(gpu)
+        if note:
+            lines.append(f"    {note}")
     steps = result.steps
     if steps.count:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in steps.breakdown_ms.items() if v >= 0.005)

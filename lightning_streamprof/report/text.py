@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+from lightning_streamprof import names
 from lightning_streamprof.escape import for_terminal
 from lightning_streamprof.report.findings import findings
 from lightning_streamprof.report.tables import (
@@ -15,8 +17,13 @@ from lightning_streamprof.report.tables import (
     table,
 )
 from lightning_streamprof.report.distributed import collectives_by_kind
+from lightning_streamprof.report.hta_sections import hook_sentence, render_text as render_hta
 from lightning_streamprof.report.units import mib_text, ms_text, pct_text
 from lightning_streamprof.results import DistributedStats, Result, WindowResults, rank_ranges
+from lightning_streamprof.words import counted
+
+#: the LightningModule's class in the name of one of its hook ranges
+_MODULE = re.compile(re.escape(names.LIGHTNING_MODULE_RANGE) + r"(\w+)\.")
 
 _KERNELS = (
     ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total (ms)", lambda k: ms_text(k.total_ns)),
@@ -63,7 +70,7 @@ def render_distributed(stats: DistributedStats, top: int = 10) -> str:
     """Per-rank table (ms per step), the straggler sentence and the communication-ops table."""
     out, buf = console(140)
     windows = {w.window for w in stats.windows}
-    where = f"window {next(iter(windows))}" if len(windows) == 1 and None not in windows else f"{len(windows)} window(s)"
+    where = f"window {next(iter(windows))}" if len(windows) == 1 and None not in windows else counted(len(windows), "window")
     out.print(f"Distributed ({where}, {len(stats.ranks)} of {stats.world_size or len(stats.ranks)} ranks; ms per step)",
               markup=False, highlight=False)
     rendered = table(None, _RANKS, stats.ranks, max(top, len(stats.ranks)) if len(stats.ranks) <= 64 else top)
@@ -85,18 +92,31 @@ def render_distributed(stats: DistributedStats, top: int = 10) -> str:
     return buf.getvalue().rstrip()
 
 
+def _run_details(result: Result) -> str:
+    """`` (Classifier; 3 windows from step 12)``: what tells one run from another beside its timestamped name."""
+    modules = sorted({m.group(1) for n in result.pipeline.hook_names if (m := _MODULE.search(n))})
+    firsts = {(t.window, t.first_step) for t in result.traces if t.window is not None}
+    parts = [", ".join(modules)] if modules else []
+    if firsts:
+        parts.append(f"{counted(len(firsts), 'window')} from step {min(step or 0 for _, step in firsts)}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def render_analysis(result: Result, top: int = 10, windows: Sequence[WindowResults] = ()) -> str:
     """Headline metrics, step breakdown, recommendations (one per kind, with each trace's evidence from
     ``windows``), then the top rows of each table; source lines and paths on lines of their own."""
     out, buf = console(140)
     traces = result.traces
-    head = f"run {result.run}: " if result.run else ""
+    head = f"run {result.run}{_run_details(result)}: " if result.run else ""
     plain(out, for_terminal(head + (f"{len(traces)} traces" if len(traces) != 1 else traces[0].path)))
     for line in headline_lines(result):
         plain(out, line)
     for device in result.memory.devices:
         where = f"rank {device.rank} window {device.window} {device.device}" if len(traces) > 1 else device.device
         plain(out, f"  memory {for_terminal(where)}: peak allocated {mib_text(device.peak_allocated_bytes)} MiB")
+    sentence = hook_sentence(result)
+    if sentence:
+        plain(out, f"  {sentence}")
     for line in finding_lines(findings(result, windows)):
         plain(out, line)
     if result.distributed is not None:
@@ -111,4 +131,7 @@ def render_analysis(result: Result, top: int = 10, windows: Sequence[WindowResul
         for s in result.source_lines[:top]:
             plain(out, f"  {pct_text(s.share):>6}  {ms_text(s.host_self_ns):>9}  {ms_text(s.device_self_ns):>9}  "
                        f"{for_terminal(s.location)} ({for_terminal(s.function)})")
+    hta = render_hta(result, top)
+    if hta:
+        plain(out, hta)
     return buf.getvalue().rstrip()

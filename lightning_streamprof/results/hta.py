@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from lightning_streamprof.results.schema import _Result
+import msgspec
 
 #: HTA's ``consecutive_kernel_delay`` default, 30, compared with gaps in the trace's microseconds
 KERNEL_WAIT_NS = 30_000
@@ -30,6 +30,10 @@ MAX_QUEUE_LENGTH = 1024
 #: the parts of a step's critical path, in the order they are reported (they sum to the step)
 CRITICAL_CATEGORIES = ("cpu", "gpu_compute", "gpu_copy", "gpu_communication", "launch_delay", "kernel_gap", "sync",
                        "unattributed")
+
+
+class _Result(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
+    """Immutable, keyword-built, encoded with every field (as every result struct)."""
 
 
 def _ratio(a: float, b: float) -> float:
@@ -404,3 +408,20 @@ class KernelSequences(_Result):
 
 def sort_sequences(rows: Iterable[KernelSequence]) -> list[KernelSequence]:
     return sorted(rows, key=lambda s: (-s.count, -s.kernel_ns, s.operator, s.kernels))
+
+
+# ---------------------------------------------------------------------------------------------------- all of them
+class HtaAnalyses(_Result):
+    """HTA's analyses of one trace, or of several merged (:func:`~lightning_streamprof.results.hta_merge.merge_hta`):
+    idle time, kernel launches, GPU time per ``record_function`` range and per Lightning hook, launch queue,
+    copy bandwidth, critical path and kernel sequences."""
+
+    idle: IdleTime = msgspec.field(default_factory=IdleTime)
+    launches: LaunchStats = msgspec.field(default_factory=LaunchStats)
+    annotations: AnnotationTimes = msgspec.field(default_factory=AnnotationTimes)
+    #: Lightning's actions and hooks alone, each device event with the innermost hook that launched it
+    hooks: AnnotationTimes = msgspec.field(default_factory=AnnotationTimes)
+    queue: QueueLengths = msgspec.field(default_factory=QueueLengths)
+    bandwidth: Bandwidth = msgspec.field(default_factory=Bandwidth)
+    critical_path: CriticalPath = msgspec.field(default_factory=CriticalPath)
+    sequences: KernelSequences = msgspec.field(default_factory=KernelSequences)

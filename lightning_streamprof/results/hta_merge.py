@@ -24,6 +24,7 @@ from lightning_streamprof.results.hta import (
     CopyBandwidth,
     CriticalItem,
     CriticalPath,
+    HtaAnalyses,
     IdleTime,
     KernelSequence,
     KernelSequences,
@@ -157,3 +158,19 @@ def merge_kernel_sequences(results: Sequence[KernelSequences], limit: int | None
     return KernelSequences(min_length=min_length, operator=operator,
                            sequences=rows[:limit] if limit is not None else rows,
                            truncated=truncated)
+
+
+def merge_hta(results: Sequence[HtaAnalyses | None]) -> HtaAnalyses | None:
+    """Every analysis merged as above; None when a result has none (one decoded from an older JSON)."""
+    if not results or any(r is None for r in results):
+        return None
+    if len(results) == 1:
+        return results[0]
+    return HtaAnalyses(
+        idle=merge_idle_time([r.idle for r in results]), launches=merge_launch_stats([r.launches for r in results]),
+        annotations=merge_annotation_times([r.annotations for r in results]),
+        hooks=merge_annotation_times([r.hooks for r in results]),
+        queue=merge_queue_lengths([r.queue for r in results]), bandwidth=merge_bandwidth([r.bandwidth for r in results]),
+        critical_path=merge_critical_paths([r.critical_path for r in results]),
+        sequences=merge_kernel_sequences([r.sequences for r in results]),
+    )

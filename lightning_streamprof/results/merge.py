@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from lightning_streamprof.results.hta_merge import merge_hta
 from lightning_streamprof.results.schema import (
     HostTime,
     KernelStats,
@@ -112,6 +113,7 @@ def _merge_pipeline(results: Sequence[Result]) -> PipelineWork:
         hook_names=sorted({n for w in work for n in w.hook_names}),
         frozen_names=sorted({n for w in work for n in w.frozen_names}),
         pipelined=any(w.pipelined for w in work),
+        module_frames=any(w.module_frames for w in work),
     )
 
 
@@ -148,6 +150,7 @@ def merge(results: Sequence[Result], run: str | None = None) -> Result:
         pipeline=_merge_pipeline(results),
         recommendations=[],
         warnings=[w for r in results for w in r.warnings],
+        hta=merge_hta([r.hta for r in results]),
     )
 
 

@@ -8,6 +8,8 @@ from typing import Any
 import msgspec
 
 from lightning_streamprof.results.distributed import DistributedStats
+from lightning_streamprof.results.triggers import WindowTrigger
+from lightning_streamprof.results.hta import HtaAnalyses
 
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
 
@@ -65,7 +67,8 @@ class ChoiceWait(_Result):
 
 class TraceIdentity(_Result):
     """Where a trace comes from: its run, profiling window (index and first step), global rank and host, and the way a
-    staging callback ran its steps (``pipeline``, None without one)."""
+    staging callback ran its steps (``pipeline``, None without one), and why a window off the schedule was recorded
+    (``trigger``: a slowdown, a request; None for a scheduled one)."""
 
     path: str
     run: str | None = None
@@ -75,6 +78,7 @@ class TraceIdentity(_Result):
     world_size: int | None = None
     host: str | None = None
     pipeline: WindowWay | None = None
+    trigger: WindowTrigger | None = None
 
 
 class GpuTimeline(_Result):
@@ -88,7 +92,11 @@ class GpuTimeline(_Result):
 
 
 class GpuMetrics(_Result):
-    """One device of one trace over the steps' span (see :mod:`lightning_streamprof.analysis.gpu`)."""
+    """One device of one trace over the steps' span (see :mod:`lightning_streamprof.analysis.gpu`).
+
+    From the trace's ``deviceProperties``: ``vendor`` (``"nvidia"``/``"amd"``), ``arch`` (AMD's architecture, e.g.
+    CDNA2), ``matrix_cores`` (Tensor Cores or AMD's matrix cores; None where the properties do not tell),
+    ``warp_size`` (an AMD wavefront is 64) and ``shared_memory_per_sm`` (AMD: LDS per compute unit, bytes)."""
 
     device: int
     utilization: float
@@ -103,6 +111,11 @@ class GpuMetrics(_Result):
     timeline: GpuTimeline | None = None
     rank: int | None = None
     window: int | None = None
+    vendor: str | None = None
+    arch: str | None = None
+    matrix_cores: bool | None = None
+    warp_size: int | None = None
+    shared_memory_per_sm: int | None = None
 
 
 class StepTimes(_Result):
@@ -291,7 +304,8 @@ class SyncWaits(_Result):
 
 class PipelineWork(_Result):
     """Work StreamPipeline could run ahead, summed over ``steps`` steps (ns): the ``on_after_batch_transfer``
-    hook and frozen modules' forwards; ``pipelined`` when the trace shows StreamPipeline already staging."""
+    hook and frozen modules' forwards; ``pipelined`` when the trace shows StreamPipeline already staging;
+    ``module_frames`` when it holds modules' frames (``with_stack=True``), without which ``frozen_ns`` is unknown."""
 
     steps: int = 0
     hook_ns: int = 0
@@ -299,6 +313,7 @@ class PipelineWork(_Result):
     frozen_ns: int = 0
     frozen_names: list[str] = []
     pipelined: bool = False
+    module_frames: bool = False
 
 
 class Recommendation(_Result):
@@ -313,7 +328,9 @@ class Recommendation(_Result):
 
 class Result(_Result):
     """The analysis of one trace, or of several merged (:func:`merge`); ``traces`` says which. ``warnings``
-    say, one line each naming the file, what the reader ignored and which traces could not be read."""
+    say, one line each naming the file, what the reader ignored and which traces could not be read. ``hta``: HTA's
+    analyses (idle time, launches, GPU time per range and hook, queue, bandwidth, critical path, kernel sequences;
+    None in a result decoded from JSON written before them)."""
 
     run: str | None
     traces: list[TraceIdentity]
@@ -331,6 +348,7 @@ class Result(_Result):
     distributed: DistributedStats | None = None
     runs: list[str] = []
     warnings: list[str] = []
+    hta: HtaAnalyses | None = None
 
 
 class WindowResults(_Result):

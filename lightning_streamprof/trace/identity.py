@@ -16,6 +16,7 @@ import msgspec
 
 from lightning_streamprof.names import TRACE_METADATA_KEY
 from lightning_streamprof.results import TraceIdentity, WindowWay
+from lightning_streamprof.results.triggers import WindowTrigger
 
 _WINDOW_DIR = re.compile(r"^w(\d+)-step(\d+)$")
 _RANK_FILE = re.compile(r"^rank(\d+)\.")
@@ -48,7 +49,7 @@ def trace_identity(path: str, metadata: dict[str, Any], root: str | None = None)
     return TraceIdentity(
         path=str(path), run=run, window=window, first_step=first_step, rank=rank,
         world_size=_int(info.get("world_size")) if isinstance(info, dict) else None,
-        host=_host(ours, metadata), pipeline=_pipeline(ours),
+        host=_host(ours, metadata), pipeline=_pipeline(ours), trigger=_trigger(ours),
     )
 
 
@@ -56,20 +57,37 @@ def trace_identity(path: str, metadata: dict[str, Any], root: str | None = None)
 _WAYS, _LABEL = 16, 200
 
 
-def _pipeline(ours: Any) -> WindowWay | None:
-    """Our ``streamprof`` entry's ``pipeline`` (the way StreamPipeline ran the window's steps), None when absent or
-    not of its form (it is a note about the trace, never a reason to refuse it)."""
-    value = ours.get("pipeline") if isinstance(ours, dict) else None
+def _entry(ours: Any, key: str, kind: type) -> Any:
+    """Our ``streamprof`` entry's ``key`` as a ``kind``, None when absent or not of its form (it is a note about the
+    trace, never a reason to refuse it)."""
+    value = ours.get(key) if isinstance(ours, dict) else None
     if not isinstance(value, dict):
         return None
     try:
-        way = msgspec.convert(value, WindowWay)
+        return msgspec.convert(value, kind)
     except msgspec.ValidationError:
+        return None
+
+
+def _pipeline(ours: Any) -> WindowWay | None:
+    """Our ``streamprof`` entry's ``pipeline`` (the way StreamPipeline ran the window's steps), None when absent or
+    not of its form."""
+    way = _entry(ours, "pipeline", WindowWay)
+    if way is None:
         return None
     labels = [way.first.way, way.first.mode, *way.ways]
     if len(way.ways) > _WAYS or any(len(label) > _LABEL for label in labels) or not 0 <= way.first.staged_calls < 2**31:
         return None
     return way
+
+
+def _trigger(ours: Any) -> WindowTrigger | None:
+    """Our ``streamprof`` entry's ``trigger`` (why a window off the schedule was recorded), None when absent or not of
+    its form."""
+    trigger = _entry(ours, "trigger", WindowTrigger)
+    if trigger is None or len(trigger.reason) > _LABEL or len(trigger.via or "") > _LABEL:
+        return None
+    return trigger
 
 
 def _host(ours: Any, metadata: dict[str, Any]) -> str | None:

@@ -49,3 +49,17 @@ def test_loader_that_keeps_up_in_most_steps_gets_no_advice():
 
 def test_no_dataloader_range():
     assert _trace(SINGLE, [0, 0]).host.loader_workers is None
+
+
+def test_a_run_without_a_gpu_is_not_advised_what_needs_cuda():
+    """A CPU-only trace: no pin_memory, no augmentation "on the GPU"; the same loader beside a kernel gets both."""
+    (cpu,) = _loader(_trace(MULTI, [20, 20, 20]))
+    assert "pin_memory" not in cpu.message and "GPU" not in cpu.message and "persistent_workers=True" in cpu.message
+    b = TraceBuilder()
+    for i in range(3):
+        b.step(i + 1, i * 100, 100)
+        b.annotation(MULTI, i * 100 + 1, 20)
+        mm = b.op("aten::mm", i * 100 + 50, 40)
+        b.launch("gemm_kernel", i * 100 + 52, i * 100 + 60, 5, mm)
+    (gpu,) = _loader(analyze_table(b.table()))
+    assert "pin_memory=True" in gpu.message and "random augmentation on the GPU" in gpu.message

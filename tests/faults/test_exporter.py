@@ -45,7 +45,7 @@ def test_pending_windows_are_abandoned_without_temporary_files(tmp_path, private
     start = time.perf_counter()
     assert exp.finish(0.3) is False and time.perf_counter() - start < 2
     assert leftovers(private_tmp) == []
-    assert exp.problems.drain() == ["3 window(s) not written within 0.3 s; abandoned"]
+    assert exp.problems.drain() == ["3 windows not written within 0.3 s; abandoned"]
     gate.set()
     assert exp.wait(5)
     exp.close(1)

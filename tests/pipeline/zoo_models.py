@@ -1,15 +1,16 @@
 """LightningModules written the way people write them with real model libraries (timm, Hugging Face transformers,
-diffusers, torchvision under ``torch.compile``, Kornia), tiny configurations built from code (no downloads).
+diffusers, torchvision under ``torch.compile``, Kornia), tiny configurations built from code (no downloads); the
+steps they share with the full-size workloads come from ``examples/workloads.py``.
 
 Each module records its training losses and exposes ``trainable()``: the parameters serial and pipelined training
 must end with alike."""
 
 from __future__ import annotations
 
-import lightning as L
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from workloads import FrozenParts, latent_diffusion_loss, normalise, timm_features  # examples/workloads.py
 
 SIZE = 32  # image side
 TOKENS = 8  # text length
@@ -46,24 +47,12 @@ def loader(batch_size: int = 4, collate=None) -> DataLoader:
     return DataLoader(Samples(), batch_size=batch_size, shuffle=False, collate_fn=collate)
 
 
-class Zoo(L.LightningModule):
+class Zoo(FrozenParts):
     """Common parts: losses recorded, SGD on the trainable parameters, frozen parts kept in eval mode."""
-
-    frozen: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         super().__init__()
         self.losses: list[float] = []
-
-    def freeze_parts(self) -> None:
-        for name in self.frozen:
-            self.get_submodule(name).requires_grad_(False).eval()
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        for name in self.frozen:
-            self.get_submodule(name).eval()
-        return self
 
     def trainable(self) -> list[torch.Tensor]:
         return [p for p in self.parameters() if p.requires_grad]
@@ -74,13 +63,6 @@ class Zoo(L.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.trainable(), lr=0.05)
-
-
-def normalise(x: torch.Tensor) -> torch.Tensor:
-    """uint8 images to ImageNet-normalised floats, as timm and torchvision users write it in the step."""
-    mean = torch.tensor([0.485, 0.456, 0.406], device=x.device).view(1, 3, 1, 1)
-    std = torch.tensor([0.229, 0.224, 0.225], device=x.device).view(1, 3, 1, 1)
-    return (x.float() / 255 - mean) / std
 
 
 class TimmProbe(Zoo):
@@ -104,11 +86,7 @@ class TimmProbe(Zoo):
         self.head = nn.Linear(self.backbone.num_features, 4)
 
     def training_step(self, batch, batch_idx):
-        x = normalise(batch["image"])
-        if self.call == "features":
-            features = self.backbone.forward_head(self.backbone.forward_features(x), pre_logits=True)
-        else:
-            features = self.backbone(x)
+        features = timm_features(self.backbone, normalise(batch["image"]), self.call)
         return self.record(nn.functional.cross_entropy(self.head(features), batch["label"]))
 
 
@@ -194,14 +172,7 @@ class LatentDiffusion(Zoo):
         self.freeze_parts()
 
     def training_step(self, batch, batch_idx):
-        pixels = batch["image"].float() / 127.5 - 1
-        latents = self.vae.encode(pixels).latent_dist.sample() * self.vae.config.scaling_factor
-        text = self.text_encoder(batch["input_ids"])[0]
-        noise = torch.randn_like(latents)
-        t = torch.randint(0, 1000, (latents.shape[0],), device=latents.device)
-        noisy = latents + noise * (t.float() / 1000).view(-1, 1, 1, 1)
-        pred = self.unet(noisy, t, encoder_hidden_states=text).sample
-        return self.record(nn.functional.mse_loss(pred.float(), noise.float()))
+        return self.record(latent_diffusion_loss(self, batch))
 
 
 class CompiledBackbone(Zoo):

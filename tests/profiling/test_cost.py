@@ -29,7 +29,7 @@ def test_the_cost_is_stated_in_the_summary_the_report_and_tensorboard(tmp_path):
     assert prof.overhead_fraction == cost.fraction and prof.overhead_seconds == cost.seconds
     summary = prof.summary()
     head = summary.splitlines()[0]
-    assert re.fullmatch(r"StreamProfiler: 4 window\(s\) on rank 0, profiling cost \d+\.\d% of the training time "
+    assert re.fullmatch(r"StreamProfiler: 4 windows on rank 0, profiling cost \d+\.\d% of the training time "
                         r"\(\d+\.\d\d s of \d+\.\d\d s\)", head), head
     assert f"of the training time ({cost.seconds:.2f} s of {cost.training_seconds:.2f} s, 4 windows): measured as " \
            f"{HOW_MEASURED}." in summary
@@ -51,8 +51,11 @@ def test_cost_sentence():
     assert cost.fraction == 0.41 / 31.2
     assert cost_headline(cost) == "profiling cost 1.3% of the training time (0.41 s of 31.20 s)"
     assert cost_sentence(cost) == (f"Profiling cost 1.3% of the training time (0.41 s of 31.20 s, 9 windows): measured"
-                                   f" as {HOW_MEASURED}. The end of the stage took 0.30 s more for the last window's"
-                                   " export and the report.")
+                                   f" as {HOW_MEASURED}. No budget in this run (max_overhead=None): its windows fall"
+                                   " where the schedule puts them; the default, max_overhead=\"auto\", moves them so"
+                                   " that profiling stays within 1% of the training time (2% with record_shapes,"
+                                   " profile_memory or with_stack). The end of the stage took 0.30 s more for the last"
+                                   " window's export and the report.")
     assert "end of the stage" not in cost_sentence(ProfilingCost(0.0, 0.0, 0))
     assert ProfilingCost(0.0, 0.0, 0).fraction == 0.0
 
@@ -106,3 +109,13 @@ def test_a_cost_above_the_budget_says_why():
     assert not within.over_budget and "above max_overhead" not in cost_sentence(within)
     assert cost_sentence(within).endswith("own time in the training thread. Within max_overhead (1%).")
     assert not ProfilingCost(seconds=0.49, training_seconds=32.0, windows=1).over_budget  # no budget
+
+
+def test_a_run_without_a_budget_says_so_with_the_defaults_budget():
+    """max_overhead=None (the examples' short runs): the sentence says there was no budget, and the default's share,
+    as settings.py defines it, so that a cost above 1% is not read as a broken promise."""
+    from lightning_streamprof.profiling.settings import AUTO_OVERHEAD, DETAILED_OVERHEAD
+
+    text = cost_sentence(ProfilingCost(seconds=0.1, training_seconds=2.0, windows=3))
+    assert "5.0% of the training time" in text and "No budget in this run (max_overhead=None)" in text
+    assert f"within {100 * AUTO_OVERHEAD:g}% of the training time ({100 * DETAILED_OVERHEAD:g}% with" in text

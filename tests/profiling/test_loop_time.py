@@ -61,7 +61,7 @@ def test_hand_timed_validation_runs_and_checkpoints():
     lines = loop.lines([restarting])
     assert lines[0] == ("Validation: 2 runs, 0.89 s (8.9% of the fit); each waited 400 ms (median) for its first "
                         "batch, against 2.0 ms for the others.")
-    assert lines[1] == "Checkpoints: 1 saves, 0.25 s (2.5% of the fit; 250 ms each, median)."
+    assert lines[1] == "Checkpoints: 1 save, 0.25 s (2.5% of the fit; 250 ms each, median)."
     # start-ups less a usual fetch: (0.5 - 0.002) + (0.3 - 0.002) = 0.796 s of 10 s
     assert lines[2] == ("The validation loader starts its 8 worker processes again at every run "
                         "(persistent_workers=False): 0.80 s (8.0% of the fit) went to start-ups; "

@@ -8,6 +8,7 @@ import html
 import time
 
 import lightning as L
+import msgspec
 import pytest
 from helpers import TinyModel, fit
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -17,10 +18,12 @@ from tracebuilder import TraceBuilder
 
 from lightning_streamprof import StreamProfiler, analyze
 from lightning_streamprof.analysis import analyze_table
+from lightning_streamprof.analysis.rules import stream_pipeline
 from lightning_streamprof.pipeline.state import PipelineState
 from lightning_streamprof.pipeline.way import INLINE, SERIAL, THREAD, Way
+from lightning_streamprof.profiling.pipeline_view import pipeline_run
 from lightning_streamprof.profiling.schedule import CHOICE_WAIT
-from lightning_streamprof.results import PipelineRun
+from lightning_streamprof.results import GpuMetrics, PipelineRun
 
 GRAPHED = Way(staged=True, thread=True, graph=True)
 
@@ -159,11 +162,17 @@ def test_a_window_in_a_recheck_says_so_and_the_advice_follows_the_pipelines_stat
 ], ids=["no pipeline", "off", "auto chose serial"])
 def test_a_run_that_does_not_stage_its_hook_is_told(tmp_path, callbacks, expected):
     """The same slow hook: advised to a run without a staging callback, or whose callback does not stage, each in
-    the words that fit what the callback does."""
+    the words that fit what the callback does; only where the traces hold a GPU's work (this CPU run's, given a
+    GPU's metrics): staging ahead needs a CUDA device, so the CPU run itself is advised nothing of the kind."""
     prof = _profiler(tmp_path)
     fit(prof, tmp_path, max_steps=20, model=SlowHook(), callbacks=callbacks)
-    summary = prof.summary()
-    assert "[stream_pipeline]" in summary and expected in summary
+    assert "[stream_pipeline]" not in prof.summary() and "CUDA stream" not in prof.summary()
+    (window,) = prof.windows
+    gpu = GpuMetrics(device=0, utilization=0.2, sm_efficiency=None, achieved_occupancy=None, kernel_ns=1, span_ns=5)
+    on_a_gpu = msgspec.structs.replace(window.analysis, gpu=[gpu])
+    state = pipeline_run(callbacks[0]) if callbacks else None
+    (advice,) = stream_pipeline(on_a_gpu, state)
+    assert expected in advice.message
 
 
 def test_a_staging_run_is_not_advised_to_stage(tmp_path):

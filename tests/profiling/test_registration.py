@@ -48,8 +48,42 @@ def test_other_names_keep_lightnings_behaviour():
     )
     first, second = out.strip().splitlines()
     assert first == "SimpleProfiler"
-    assert second.startswith("error: When passing string value for the `profiler` parameter of `Trainer`")
-    assert "'simple', 'advanced', 'pytorch', 'xla'" in second
+    assert second == ("error: Trainer(profiler='nope'): not a profiler name; it can be one of 'simple', 'advanced', "
+                      "'pytorch', 'xla', 'streamprof'")
+
+
+def test_a_typo_in_the_name_gets_the_closest_name():
+    out = run_python(
+        """
+        from lightning.pytorch import Trainer
+        try:
+            Trainer(profiler="streamprofs", logger=False)
+        except Exception as err:
+            print(type(err).__name__, err)
+        """
+    )
+    assert out.strip().splitlines()[-1].endswith("'xla', 'streamprof'; did you mean 'streamprof'?")
+    assert out.startswith("MisconfigurationException Trainer(profiler='streamprofs'): not a profiler name")
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(CLI_SCRIPT), *args, "--trainer.logger=false"],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--trainer.profiler=streamprofs"],
+     "error: --trainer.profiler: Trainer(profiler='streamprofs'): not a profiler name; it can be one of 'simple', "
+     "'advanced', 'pytorch', 'xla', 'streamprof'; did you mean 'streamprof'?"),
+    (["--trainer.profiler=lightning_streamprof.StreamProfiler", "--trainer.profiler.evry=50"],
+     "error: --trainer.profiler.evry: StreamProfiler has no argument 'evry'; did you mean 'every'?"),
+], ids=["name", "argument"])
+def test_lightning_cli_typos_end_in_one_line(args, line):
+    """A typo'd profiler name or argument through LightningCLI: one line on stderr, exit 2, no traceback, no usage."""
+    proc = run_cli(*args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1].endswith(line), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "usage:" not in proc.stderr
 
 
 CLI_SCRIPT = """

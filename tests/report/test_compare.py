@@ -52,3 +52,28 @@ def test_cli_compare(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "lightning_streamprof.cli", "compare", A, str(tmp_path / "none")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+def _cpu_result(mm_us):
+    from tracebuilder import TraceBuilder
+
+    from lightning_streamprof.analysis import analyze_table
+
+    b = TraceBuilder()
+    for i in range(2):
+        b.step(i + 1, i * 100, 100)
+        b.op("aten::mm", i * 100 + 5, mm_us)
+        b.op("aten::add", i * 100 + 60, 10)
+    return analyze_table(b.table())
+
+
+def test_a_cpu_comparison_has_one_breakdown_section_and_the_operators():
+    """Two CPU results: the page links the step breakdown once (bars and table in one section) and compares the
+    operators' host self time per step, all a CPU run has."""
+    c = compare(_cpu_result(20), _cpu_result(40), "before", "after")
+    mm = next(r for r in c.operators if r.name == "aten::mm")
+    assert (mm.a, mm.b) == (pytest.approx(0.02), pytest.approx(0.04))
+    html = render_compare_html(c)
+    assert html.count(">Step breakdown<") == 2  # the navigation's link and the section's heading
+    assert 'id="top-operators"' in html and "aten::mm" in html and "<svg" in html.split('id="step-breakdown"')[1]
+    assert "Top operators (ms of host self time per step)" in render_compare_text(c)

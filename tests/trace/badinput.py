@@ -1,4 +1,4 @@
-"""The rows of the README's bad-input table as traces built in code: each a small valid trace with one defect."""
+"""The rows of the bad-input table of docs/reliability.md as traces built in code: each a small valid trace with one defect."""
 
 from __future__ import annotations
 

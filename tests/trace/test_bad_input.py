@@ -1,4 +1,4 @@
-"""The README's bad-input table, every row: from the library one documented exception (TraceFormatError naming
+"""The bad-input table of docs/reliability.md, every row: from the library one documented exception (TraceFormatError naming
 the file and the reason) or a warning saying what was ignored with sane numbers; from the CLI exit 2 and one line,
 or exit 0 and one warning line per problem."""
 

@@ -1,0 +1,68 @@
+"""When ``torch.cuda.OutOfMemoryError`` ends a training step: what held the memory, written before the exception goes
+on unchanged.
+
+Beside the run's windows, global rank R writes ``rank<R>.out_of_memory.txt``: one line ("out of memory at step S: X GiB
+allocated, Y GiB reserved of Z GiB; largest live allocations: ..."), then ``torch.cuda.memory_summary()``; and, where
+the allocator's history was being recorded (``memory_snapshot=True`` during a window), the snapshot as
+``rank<R>.out_of_memory.memory_snapshot.pickle``. Everything here is bounded and guarded: a failure is one debug line,
+never a second error on the way out.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from typing import Any
+
+import torch
+
+from lightning_streamprof.profiling.storage import join_path, write_atomic
+
+log = logging.getLogger(__name__)
+
+#: allocations named in the report's first line
+NAMED = 3
+GiB = 2**30
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    return isinstance(err, torch.OutOfMemoryError)
+
+
+def _largest(snapshot: dict[str, Any] | None) -> str:
+    """The largest live allocations at the history's peak, by line (empty without a history)."""
+    if not snapshot:
+        return ""
+    from lightning_streamprof.analysis.memory_snapshot import device_memory
+
+    found = [m for m in (device_memory(snapshot, d) for d in range(len(snapshot.get("device_traces") or []))) if m]
+    rows = sorted((r for m in found for r in m.at_peak), key=lambda r: -r.bytes)[:NAMED]
+    return "; largest live allocations: " + ", ".join(f"{r.bytes / GiB:.2f} GiB at {r.location}" for r in rows) \
+        if rows else ""
+
+
+def oom_line(step: int, snapshot: dict[str, Any] | None = None) -> str:
+    """The report's first line, from the allocator's counters now (and its history, when recorded)."""
+    if not torch.cuda.is_available():
+        return f"out of memory at step {step:,}: CUDA is not available here, so the allocator has nothing to say"
+    device = torch.cuda.current_device()
+    allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
+    total = torch.cuda.get_device_properties(device).total_memory
+    return (f"out of memory at step {step:,}: {allocated / GiB:.2f} GiB allocated, {reserved / GiB:.2f} GiB reserved "
+            f"of {total / GiB:.2f} GiB{_largest(snapshot)}")
+
+
+def write_oom_report(run_dir: str, rank: int, step: int, recording: bool) -> str | None:
+    """Write what can be said of the memory at an out-of-memory error (``recording``: the allocator's history is on);
+    the report's first line, or None when nothing could be written."""
+    try:
+        snapshot = torch.cuda.memory._snapshot() if recording and torch.cuda.is_available() else None
+        line = oom_line(step, snapshot)
+        summary = torch.cuda.memory_summary() if torch.cuda.is_available() else ""
+        write_atomic(join_path(run_dir, f"rank{rank}.out_of_memory.txt"), f"{line}\n\n{summary}".encode())
+        if snapshot is not None:
+            write_atomic(join_path(run_dir, f"rank{rank}.out_of_memory.memory_snapshot.pickle"), pickle.dumps(snapshot))
+        return line
+    except Exception as err:  # noqa: BLE001 - never a second error on the way out
+        log.debug("streamprof: could not write the out-of-memory report: %s", err)
+        return None

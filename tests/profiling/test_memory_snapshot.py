@@ -1,0 +1,159 @@
+"""PyTorch's memory snapshot, read without torch from a hand-made snapshot in the format torch writes: the curve, the
+peak and the live allocations at the peak by the user's line; what is not a snapshot is refused in one line;
+``memory_snapshot=True`` without CUDA says so in one line; on a GPU the peak is within 1 MiB of torch's own."""
+
+import pickle
+
+import fsspec
+import pytest
+import torch
+
+from lightning_streamprof import StreamProfiler
+from lightning_streamprof.analysis import memory_snapshot as ms
+from lightning_streamprof.report.memory_snapshot import snapshots_html
+
+MiB = 2**20
+USER = "/work/project/model.py"
+
+
+def frames(*where):
+    return [{"filename": f, "line": line, "name": name} for f, line, name in where]
+
+
+TORCH_FRAME = ("/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125, "forward")
+
+
+def entry(action, addr, size, t, *where):
+    return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames(*where)}
+
+
+def snapshot():
+    """Device 0: 1 MiB allocated and a 4 MiB segment before the history; a 4 MiB segment, then 2, 3 and 1 MiB
+    allocated (the peak: 7 MiB), 3 and 1 MiB freed. Device 1: no history."""
+    trace = [
+        entry("segment_alloc", 0x10000000, 4 * MiB, 1000),
+        entry("alloc", 0x2000, 2 * MiB, 1010, TORCH_FRAME, (USER, 12, "forward")),
+        entry("alloc", 0x3000, 3 * MiB, 1020, (USER, 20, "loss")),
+        entry("alloc", 0x4000, 1 * MiB, 1030, TORCH_FRAME, (USER, 12, "forward")),
+        entry("free_requested", 0x3000, 3 * MiB, 1040),
+        entry("free_completed", 0x3000, 3 * MiB, 1050),
+        entry("free_completed", 0x4000, 1 * MiB, 1060),
+    ]
+    segments = [
+        {"device": 0, "address": 0x1000, "total_size": 4 * MiB, "allocated_size": 1 * MiB, "stream": 0,
+         "segment_type": "large", "blocks": [
+             {"address": 0x1000, "size": 1 * MiB, "requested_size": 1 * MiB, "state": "active_allocated",
+              "frames": []},
+             {"address": 0x1000 + MiB, "size": 3 * MiB, "requested_size": 0, "state": "inactive", "frames": []}]},
+        {"device": 0, "address": 0x10000000, "total_size": 4 * MiB, "allocated_size": 2 * MiB, "stream": 0,
+         "segment_type": "large", "blocks": [
+             {"address": 0x2000, "size": 2 * MiB, "requested_size": 2 * MiB, "state": "active_allocated",
+              "frames": frames(TORCH_FRAME, (USER, 12, "forward"))}]},
+    ]
+    return {"segments": segments, "device_traces": [trace, []]}
+
+
+def test_the_curve_the_peak_and_the_live_allocations_at_the_peak():
+    (mem,) = ms.snapshot_memory(pickle.dumps(snapshot()), "w/rank0.memory_snapshot.pickle", rank=0, window=3)
+    assert (mem.device, mem.rank, mem.window, mem.entries) == (0, 0, 3, 7)
+    assert mem.curve == [(0, MiB, 4 * MiB), (0, MiB, 8 * MiB), (10, 3 * MiB, 8 * MiB), (20, 6 * MiB, 8 * MiB),
+                         (30, 7 * MiB, 8 * MiB), (50, 4 * MiB, 8 * MiB), (60, 3 * MiB, 8 * MiB)]
+    assert (mem.peak_allocated, mem.peak_reserved, mem.peak_us) == (7 * MiB, 8 * MiB, 30)
+    rows = [(r.location, r.function, r.bytes, r.count) for r in mem.at_peak]
+    assert rows == [(f"{USER}:12", "forward", 3 * MiB, 2), (f"{USER}:20", "loss", 3 * MiB, 1),
+                    (ms.BEFORE, "", MiB, 0)]
+    assert sum(r.bytes for r in mem.at_peak) == mem.peak_allocated
+
+
+def test_the_users_frame_is_the_innermost_outside_the_libraries():
+    assert ms.user_frame(frames(TORCH_FRAME, (USER, 7, "step"))) == (f"{USER}:7", "step")
+    assert ms.user_frame(frames(TORCH_FRAME)) == (f"{TORCH_FRAME[0]}:125", "forward")  # none of the user's
+    assert ms.user_frame([]) is None and ms.user_frame("junk") is None
+
+
+def test_a_long_history_is_thinned_and_keeps_its_peak():
+    trace = [entry("alloc", i, 1, i) for i in range(5000)] + [entry("free_completed", i, 1, 5000 + i)
+                                                                for i in range(5000)]
+    (mem,) = ms.snapshot_memory(pickle.dumps({"segments": [], "device_traces": [trace]}))
+    assert len(mem.curve) <= ms.CURVE_POINTS + 1
+    assert (mem.peak_us, mem.peak_allocated) == (4999, 5000) and (4999, 5000, 0) in mem.curve
+    assert mem.at_peak == [ms.LiveAllocations(location=ms.NO_FRAMES, function="", bytes=5000, count=5000)]
+
+
+class Payload:
+    def __reduce__(self):
+        return (print, ("ran",))
+
+
+@pytest.mark.parametrize("data, reason", [
+    (pickle.dumps(Payload()), "the snapshot holds an object of builtins.print"),
+    (b"not a pickle", "not a pickle"),
+    (pickle.dumps({"segments": []}), "no 'device_traces' in it"),
+])
+def test_what_is_not_a_snapshot_is_refused_without_running_it(data, reason, capsys):
+    with pytest.raises(ms.SnapshotError, match=reason):
+        ms.snapshot_memory(data)
+    assert "ran" not in capsys.readouterr().out
+
+
+def test_snapshots_are_read_from_a_store_and_a_bad_one_is_one_line():
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/streamprof-snap/w0/rank0.memory_snapshot.pickle", pickle.dumps(snapshot()))
+    fs.pipe("/streamprof-snap/w0/rank1.memory_snapshot.pickle", b"garbage")
+    found, problems = ms.read_snapshots([("memory://streamprof-snap/w0/rank0.memory_snapshot.pickle", 0, 0),
+                                         ("memory://streamprof-snap/w0/rank1.memory_snapshot.pickle", 1, 0)])
+    assert [m.peak_allocated for m in found] == [7 * MiB]
+    (problem,) = problems
+    assert problem.startswith("memory://streamprof-snap/w0/rank1.memory_snapshot.pickle: could not read the memory "
+                              "snapshot: not a pickle: ")
+
+
+def test_the_html_shows_the_curve_and_the_allocations_at_the_peak():
+    (mem,) = ms.snapshot_memory(pickle.dumps(snapshot()), "w/rank0.memory_snapshot.pickle", rank=0, window=3)
+    html = snapshots_html([mem])
+    assert "<svg" in html and "reserved MiB" in html
+    assert "window 3 rank 0 cuda:0: peak allocated 7.0 MiB, reserved 8.0 MiB" in html
+    assert f"{USER}:12" in html and "forward" in html
+    assert snapshots_html([]) == ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the line for a machine without CUDA")
+def test_without_cuda_one_line_says_no_snapshot_is_recorded(tmp_path):
+    from helpers import fit
+
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=2, warmup=1, active=2, every=0, memory_snapshot=True)
+    fit(prof, tmp_path, max_steps=8)
+    lines = [line for line in prof.summary().splitlines() if "memory_snapshot=True" in line]
+    assert lines == ["StreamProfiler: memory_snapshot=True: no CUDA device here, so no memory snapshot is recorded"]
+    with open(prof.report_path, encoding="utf-8") as f:
+        assert "memory_snapshot=True: no CUDA device here, so no memory snapshot is recorded" in f.read()
+    assert not list((tmp_path / "t").rglob("*.memory_snapshot.pickle"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_windows_snapshot_is_beside_its_trace_and_its_peak_is_torchs(tmp_path):
+    from helpers import fit
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    class Big(BoringModel):
+        def training_step(self, batch, batch_idx):
+            scratch = torch.randn(256 + 64 * (batch_idx % 4), 1024, 1024, device=self.device)  # 1-1.75 GiB
+            return super().training_step(batch, batch_idx)["loss"] + 0 * scratch.sum()
+
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=3, warmup=1, active=4, every=0, memory_snapshot=True,
+                          max_overhead=None)
+    fit(prof, tmp_path, max_steps=12, accelerator="gpu", model=Big())
+    (window,) = prof.windows
+    (path,) = list((tmp_path / "t").rglob("rank0.memory_snapshot.pickle"))
+    assert path.parent.name == window.path.rsplit("/", 2)[-2]  # beside the trace
+    with open(path, "rb") as f:
+        data = f.read()
+    from torch.cuda import _memory_viz
+
+    assert "entries" in _memory_viz.trace(pickle.loads(data))  # torch's own viewer reads it
+    (mem,) = ms.snapshot_memory(data)
+    torch_peak = prof._profiled.recorder.memory.peaks[window.window]
+    assert abs(mem.peak_allocated - torch_peak) <= MiB
+    with open(prof.report_path, encoding="utf-8") as f:
+        assert "largest live allocations at the peak" in f.read()
