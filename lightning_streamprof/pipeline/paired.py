@@ -17,8 +17,10 @@ difference no host's drift gives to every pair (a ±10% wave and a 15% step chan
 about 15%).
 
 The first :attr:`PairedRule.settle` steps after each switch are not timed (the switch itself costs a step), nor
-are steps the caller leaves out (a profiler window, validation, a checkpoint): a block runs one step longer for
-each, up to twice its length.
+are steps the caller leaves out (a profiler window, validation, a checkpoint, an epoch's end) that took longer than
+:data:`ORDINARY` times the block's mean timed step: a block runs one step longer for each, up to twice its length.
+A step left out that took no longer (the end of an epoch whose loader keeps its workers) is timed like the others,
+so that short epochs do not stretch every block.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from typing import Literal
 from lightning_streamprof.pipeline.way import Way
 
 Outcome = Literal["faster", "slower", "unclear"]
+
+#: a step the caller leaves out is timed all the same when it took at most this many times the block's mean step
+ORDINARY = 1.5
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,14 @@ class _Block:
     extra_left: int
     start: float = math.nan
     timed: int = 0
+    timed_s: float = 0.0
     skipped_s: float = 0.0
+
+    def typical(self, earlier: tuple[float, int]) -> float | None:
+        """The mean timed step in seconds: the block's, or, before two of them, that of the way's ``earlier``
+        blocks (their seconds and steps); None before two timed steps."""
+        total, count = (self.timed_s, self.timed) if self.timed >= 2 else earlier
+        return total / count if count >= 2 else None
 
     def ms(self, now: float) -> float:
         return (now - self.start - self.skipped_s) * 1e3 / max(1, self.timed)
@@ -161,6 +173,7 @@ class PairedBlocks:
     sync: Callable[[], None] = lambda: None
     reduce: Callable[[list[float]], list[float]] = lambda values: values
     _blocks: list[tuple[Way, float]] = field(default_factory=list)
+    _timed: dict[Way, tuple[float, int]] = field(default_factory=dict)  # each way's timed seconds and steps so far
     _block: _Block | None = None
     _steps: int = 0
     _mark: float = math.nan
@@ -187,23 +200,36 @@ class PairedBlocks:
             if block.settle_left == 0:
                 self._open(block)
             return None
-        if left_out and block.extra_left > 0:
+        if left_out and block.extra_left > 0 and not self._ordinary(block, interval):
             block.extra_left -= 1
             block.skipped_s += interval
             return None
         block.timed += 1
+        block.timed_s += interval
         block.timed_left -= 1
         if block.timed_left > 0:
             return None
         self.sync()
         ms = self.reduce([block.ms(self.clock())])[0]
         self._blocks.append((block.way, ms))
+        seconds, steps = self._timed.get(block.way, (0.0, 0))
+        self._timed[block.way] = (seconds + block.timed_s, steps + block.timed)
         verdict = self._verdict()
         if verdict is not None:
             self._block = None
             return verdict
         self._block = self._new_block(self.candidate if block.way == self.base else self.base)
         return None
+
+    def _ordinary(self, block: _Block, seconds: float) -> bool:
+        """Whether a step left out took no longer than :data:`ORDINARY` times the block's typical step, both
+        averaged over the processes (every rank marks the same steps, so all decide alike and call ``reduce``
+        together)."""
+        typical = block.typical(self._timed.get(block.way, (0.0, 0)))
+        if typical is None:
+            return False
+        seconds, typical = self.reduce([seconds, typical])
+        return seconds <= ORDINARY * typical
 
     def _new_block(self, way: Way) -> _Block:
         block = _Block(way, self.rule.settle, self.rule.block, self.rule.block)

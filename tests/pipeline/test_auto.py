@@ -205,6 +205,26 @@ def test_steps_left_out_are_not_timed():
     assert v.base_ms == pytest.approx(2.0) and v.candidate_ms == pytest.approx(4.0)
 
 
+def test_an_epoch_end_that_costs_nothing_does_not_stretch_the_blocks():
+    """Epochs of 4 batches whose ends are marked but take no longer than a step: the first round ends when it would
+    without the marks (but for the first steps of each way's first block, with nothing to compare them with yet), with the same
+    figures: a cheap end is timed like any step."""
+    ms = {SERIAL: 4.0, INLINE: 2.0}
+    ends = []
+    for mark in (False, True):
+        switch, clock = switch_of()
+        for i in range(2000):
+            if mark and i % 4 == 3:
+                switch.exclude()
+            drive(switch, clock, ms, steps=1)
+            if switch.history:
+                break
+        ends.append(switch.history[0].step)
+        v = switch.history[0].verdicts[0]
+        assert v.base_ms == pytest.approx(2.0) and v.candidate_ms == pytest.approx(4.0)
+    assert ends[0] <= ends[1] <= ends[0] + 4  # 13 steps more when every marked step was left out
+
+
 def test_every_timing_goes_through_reduce_so_that_ranks_decide_alike():
     seen = []
     switch, clock = switch_of(reduce=lambda values: seen.append(values) or [3.0 for _ in values])
