@@ -148,6 +148,8 @@ def write_run_files(run_dir: str, run: RunResults, *, pipeline_text: str | None,
     from lightning_streamprof.report.html import render_report
 
     path = join_path(run_dir, names.REPORT_FILE)
+    if triggered is not None:  # the single stalls beside what the fit spent outside its steps
+        outside = [*outside, *stall_lines(triggered.stalls, triggered.more_stalls, triggered.stall_factor)]
     try:
         if pipeline_text:
             _write(join_path(run_dir, names.PIPELINE_NOTES_FILE), pipeline_text + "\n")

@@ -3,6 +3,7 @@ summary, the HTML report, the trace's metadata read post hoc and ``streamprof co
 
 import time
 
+import lightning as L
 import pytest
 from helpers import Paced, TinyModel, fit
 from lightning.pytorch.demos.boring_classes import RandomDataset
@@ -144,3 +145,21 @@ def test_steps_with_validation_in_them_are_left_out(tmp_path):
     watch = prof._profiled.off.watch
     assert watch.baseline is not None and watch.baseline < 0.01  # it watched the training steps alone
     assert watch.stalls == [] and watch.triggers == []
+
+
+class _OneStall(L.Callback):
+    """Step 400 takes 0.5 s more: a single stall, not a slowdown."""
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == 400:
+            time.sleep(0.5)
+
+
+def test_a_single_stall_is_listed_in_the_summary_and_the_report(tmp_path):
+    """Paced steps of about 6 ms, so that the first window's export is over long before the stall."""
+    prof = StreamProfiler(dirpath=str(tmp_path / "traces"), skip_first=4, warmup=1, active=2, every=0,
+                          max_overhead=None)
+    fit(prof, tmp_path, max_steps=460, callbacks=[Paced(0.006), _OneStall()])
+    assert "Stalls (single steps of at least 10x the median step): 1" in prof.summary()
+    report = (next((tmp_path / "traces").glob("fit-*")) / "report.html").read_text()
+    assert "Stalls (single steps of at least 10x the median step): 1" in report
