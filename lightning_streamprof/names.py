@@ -21,6 +21,8 @@ STAGE_NEXT_BATCH_ACTION = PIPELINE_ACTION + ".stage_next_batch"
 STAGE_ON_THREAD_RANGE = PIPELINE_RANGE + ".stage_on_thread"
 #: the LightningModule/DataModule batch hook ranges, e.g. ``[pl][profile][LightningModule]Model.on_after_batch_transfer``
 LIGHTNING_MODULE_RANGE = PL_PROFILE + "[LightningModule]"
+#: the LightningModule's class name in one of its hook ranges (group 1)
+LIGHTNING_MODULE_CLASS = re.compile(r"^" + re.escape(LIGHTNING_MODULE_RANGE) + r"(\w+)\.")
 #: the ``metadata`` key of the trace under which StreamProfiler records the window (run, window, steps, host)
 TRACE_METADATA_KEY = "streamprof"
 #: StreamPipeline's report of a run, written by the profiler in the run's directory beside its windows

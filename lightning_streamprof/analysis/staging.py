@@ -12,7 +12,6 @@ from lightning_streamprof.trace.table import Kind
 
 _HOOK = re.compile(r"^" + re.escape(names.LIGHTNING_MODULE_RANGE) + r".*\.on_after_batch_transfer$")
 _FROZEN = re.compile(r"backbone|frozen|encoder", re.IGNORECASE)
-_LIGHTNING_MODULE = re.compile(r"^" + re.escape(names.LIGHTNING_MODULE_RANGE) + r"(\w+)\.")
 
 
 def _is_pipeline_range(name: str) -> bool:
@@ -28,7 +27,7 @@ def pipeline_work(ctx: TraceContext) -> PipelineWork:
     lo, hi = ctx.step_spans
     host = ctx.host_ranges
     hooks = host[ctx.mask(host, _HOOK.match)]
-    modules = {m.group(1) for n in t.names if (m := _LIGHTNING_MODULE.match(n))}
+    modules = {m.group(1) for n in t.names if (m := names.LIGHTNING_MODULE_CLASS.match(n))}
 
     def is_frozen(name: str) -> bool:
         module = name.split("nn.Module: ", 1)[-1].rsplit("_", 1)[0] if "nn.Module:" in name else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from lightning_streamprof import names
@@ -22,8 +21,6 @@ from lightning_streamprof.report.units import mib_text, ms_text, pct_text
 from lightning_streamprof.results import DistributedStats, Result, WindowResults, rank_ranges
 from lightning_streamprof.words import counted
 
-#: the LightningModule's class in the name of one of its hook ranges
-_MODULE = re.compile(re.escape(names.LIGHTNING_MODULE_RANGE) + r"(\w+)\.")
 
 _KERNELS = (
     ("kernel", lambda k: k.name), ("calls", lambda k: k.calls), ("total (ms)", lambda k: ms_text(k.total_ns)),
@@ -94,7 +91,8 @@ def render_distributed(stats: DistributedStats, top: int = 10) -> str:
 
 def _run_details(result: Result) -> str:
     """`` (Classifier; 3 windows from step 12)``: what tells one run from another beside its timestamped name."""
-    modules = sorted({m.group(1) for n in result.pipeline.hook_names if (m := _MODULE.search(n))})
+    found = (names.LIGHTNING_MODULE_CLASS.match(n) for n in result.pipeline.hook_names)
+    modules = sorted({m.group(1) for m in found if m})
     firsts = {(t.window, t.first_step) for t in result.traces if t.window is not None}
     parts = [", ".join(modules)] if modules else []
     if firsts:
