@@ -184,21 +184,71 @@ class _SlowLoader:
         return Model()
 
 
-def real_fit(steps: int, slow_at: int, sleep: float, base: Path) -> dict:
-    """A CPU fit with and without the loader's sleep: its windows off the schedule and the slow one's explanation."""
+class _GpuClassifier:
+    """A real GPU workload: torchvision's ResNet-18 trained on 32 images of 112 px a step, the uint8 images converted
+    and normalised in ``training_step`` as people write it; the loader sleeps ``sleep`` seconds per batch (spread over
+    its items) from step ``slow_at`` on, as a loader that falls behind."""
+
+    BATCH = 32
+
+    @staticmethod
+    def model(slow_at: int | None, sleep: float):
+        import lightning as L
+        import torch
+        import torchvision
+        from torch.nn import functional as F
+        from torch.utils.data import DataLoader, Dataset
+
+        batch = _GpuClassifier.BATCH
+        pool = torch.randint(0, 256, (256, 3, 112, 112), dtype=torch.uint8)
+        labels = torch.randint(0, 100, (256,))
+
+        class Images(Dataset):
+            def __len__(self):
+                return 10**7
+
+            def __getitem__(self, index):
+                if slow_at is not None and index >= slow_at * batch:
+                    time.sleep(sleep / batch)
+                return pool[index % 256], labels[index % 256]
+
+        class Classifier(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = torchvision.models.resnet18(num_classes=100)
+
+            def train_dataloader(self):
+                return DataLoader(Images(), batch_size=batch, pin_memory=True)
+
+            def training_step(self, batch_, batch_idx):
+                images, target = batch_
+                images = (images.float() / 255 - 0.45) / 0.225
+                return F.cross_entropy(self.net(images), target)
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+        return Classifier()
+
+
+def real_fit(steps: int, slow_at: int, sleep: float, base: Path, device: str = "cpu") -> dict:
+    """A fit with and without the loader's sleep (the small CPU model, or on ``cuda`` :class:`_GpuClassifier`): its
+    windows off the schedule and the slow one's explanation."""
     import lightning as L
 
     from lightning_streamprof import StreamProfiler
     from lightning_streamprof.report.slowdown import explanation_sentence, trigger_note
 
+    make = _GpuClassifier.model if device == "cuda" else _SlowLoader.model
     out = {}
     for name, at in (("without a slowdown", None), (f"loader +{sleep * 1e3:g} ms from step {slow_at}", slow_at)):
         prof = StreamProfiler(dirpath=str(base / name.split()[0]), skip_first=20, every=0, max_overhead="auto")
-        trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, profiler=prof, logger=False,
+        trainer = L.Trainer(max_steps=steps, accelerator=device if device == "cuda" else "cpu", devices=1,
+                            profiler=prof, logger=False,
                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                             limit_val_batches=0, default_root_dir=str(base))
         t0 = time.perf_counter()
-        trainer.fit(_SlowLoader.model(at, sleep))
+        trainer.fit(make(at, sleep))
         stage = prof._profiled
         triggers = stage.recorder.triggers
         out[name] = {"steps": steps, "seconds": round(time.perf_counter() - t0, 2),
@@ -231,9 +281,12 @@ def markdown(result: dict) -> str:
             lines.append(f"{head}| {factor} | {k['missed']}/{r['runs']} | {k['steps_to_fire_median']} / "
                          f"{k['steps_to_fire_max']} | {k['onset_error_median']} / {k['onset_error_max']} | "
                          f"{k['fired_before_the_slowdown']} | {k['fired_again']} |")
+    where = "CPU" if result.get("fit_device", "cpu") == "cpu" else f"GPU ({result.get('gpu')}, ResNet-18, batch 32)"
     for name, fit in result.get("fit", {}).items():
-        lines += ["", f"## A CPU fit, {name} ({fit['steps']:,} steps, {fit['seconds']} s)", "",
-                  f"- the watch's baseline: {fit['baseline_ms']:.2f} ms a step; stalls: {fit['stalls']}"
+        share = (f"; the watch's {c['watch_ns_per_step']:.0f} ns are {100 * c['watch_ns_per_step'] / (fit['baseline_ms'] * 1e6):.4f}%"
+                 " of it") if fit["baseline_ms"] else ""
+        lines += ["", f"## A {where} fit, {name} ({fit['steps']:,} steps, {fit['seconds']} s)", "",
+                  f"- the watch's baseline: {fit['baseline_ms']:.2f} ms a step{share}; stalls: {fit['stalls']}"
                   if fit["baseline_ms"] else "- the watch's baseline: none"]
         lines += [f"- window {w['window']} from step {w['first_step']:,}" + (f": {w['why']}" if w["why"] else
                                                                               " (the schedule's)")
@@ -264,6 +317,8 @@ def main() -> None:
     parser.add_argument("--fit-steps", type=int, default=2500, help="steps of the real CPU fits (0: none)")
     parser.add_argument("--fit-slow-at", type=int, default=1500, help="the step the fit's loader starts sleeping at")
     parser.add_argument("--fit-sleep", type=float, default=0.004, help="seconds the loader sleeps per item")
+    parser.add_argument("--fit-device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu: the small CPU model; cuda: ResNet-18 on the GPU")
     parser.add_argument("--host", default="cpu", help="the machine's kind in the result's name (cpu, h200host)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "step-watch"))
     args = parser.parse_args()
@@ -280,7 +335,12 @@ def main() -> None:
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            result["fit"] = real_fit(args.fit_steps, args.fit_slow_at, args.fit_sleep, Path(tmp))
+            result["fit"] = real_fit(args.fit_steps, args.fit_slow_at, args.fit_sleep, Path(tmp), args.fit_device)
+        result["fit_device"] = args.fit_device
+        if args.fit_device == "cuda":
+            import torch
+
+            result["gpu"] = torch.cuda.get_device_name()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"step_watch-{args.host}-{dt.date.today():%Y%m%d}"

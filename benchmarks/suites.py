@@ -81,6 +81,9 @@ SUITES = [
     Suite("long-run-memory", "long_run_memory.py", "cost", "--steps 20000 --every 50 --baseline",
           "CPU: about 20 minutes (the test suite runs 150 steps)",
           "the process's memory from window to window (flat: no leak), export lag and the summary's length"),
+    Suite("memory-history-cost", "memory_history_cost.py", "cost", "--rounds 9 --block 40",
+          "one H200: about 2 minutes",
+          "per-step cost of the CUDA allocator's records (live stacks, full history, with C++ frames), paired blocks"),
     Suite("step-watch", "step_watch.py", "cost", "--runs 200 --steps 20000",
           "CPU: about a minute at the defaults",
           "the watch's nanoseconds per step on the hot path; the windows it would record on noisy runs with no "

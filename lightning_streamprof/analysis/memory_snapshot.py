@@ -144,6 +144,21 @@ def _live(entries: Sequence[dict[str, Any]], peak_i: int, peak: int, top: int) -
     return sorted(out, key=lambda r: (-r.bytes, r.location))[:top]
 
 
+def live_at_dump(snapshot: dict[str, Any], top: int = TOP_ALLOCATIONS) -> list[LiveAllocations]:
+    """The allocations live at the dump (the segments' active blocks) by the user's line, largest first; the
+    blocks with no frame (allocated before stacks were recorded) as one row (:data:`NO_FRAMES`)."""
+    rows: dict[tuple[str, str], list[int]] = {}
+    for seg in snapshot.get("segments") or []:
+        for block in (seg.get("blocks") or []) if isinstance(seg, dict) else []:
+            if not isinstance(block, dict) or not str(block.get("state", "")).startswith("active"):
+                continue
+            row = rows.setdefault(user_frame(block.get("frames")) or (NO_FRAMES, ""), [0, 0])
+            row[0] += _int(block.get("requested_size")) or _int(block.get("size"))
+            row[1] += 1
+    out = [LiveAllocations(location=loc, function=fn, bytes=b, count=n) for (loc, fn), (b, n) in rows.items()]
+    return sorted(out, key=lambda r: (-r.bytes, r.location))[:top]
+
+
 def snapshot_memory(data: bytes, path: str = "", *, rank: int | None = None,
                     window: int | None = None) -> list[SnapshotMemory]:
     """Every device with a history in the snapshot ``data`` (a pickle's bytes)."""

@@ -5,6 +5,10 @@ and ``torch.cuda._memory_viz`` read it; :mod:`lightning_streamprof.analysis.memo
 The history starts at a window's first warm-up step (the peak statistics reset there) and stops when the window ends:
 the dump is made on the training thread (it is the allocator's state then), the file is written by a daemon thread.
 Without CUDA it records nothing, and says so in one line.
+
+``StreamProfiler(oom_stacks=True)`` (the default) keeps the allocator's light record on over the whole fit: the Python
+stack of each live allocation and no history (:data:`LIGHT`), so that an out-of-memory error can name the lines that
+hold the memory (:mod:`.out_of_memory`). Its cost on an H200 is measured in ``benchmarks/memory_history_cost.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ log = logging.getLogger(__name__)
 
 #: history entries kept per window (the oldest go first); a ResNet-50 step makes a few thousand
 MAX_ENTRIES = 1_000_000
+#: the record ``oom_stacks=True`` keeps between windows: the stacks of live allocations, no history of alloc and free
+LIGHT = {"enabled": "state", "context": "state", "stacks": "python"}
 
 
 def snapshot_name(rank: int) -> str:
@@ -32,30 +38,54 @@ def snapshot_name(rank: int) -> str:
 
 
 class MemorySnapshots:
-    """Records the allocator's history for each window (:meth:`start`, :meth:`stop`); ``peaks`` holds
-    ``torch.cuda.max_memory_allocated()`` over each window's steps, ``written`` the snapshots' paths."""
+    """Records the allocator's history for each window (:meth:`start`, :meth:`stop`; ``windows``) and its light
+    record between them (:meth:`begin`, :meth:`end`; ``light``); ``peaks`` holds ``torch.cuda.max_memory_allocated()``
+    over each window's steps, ``written`` the snapshots' paths."""
 
-    def __init__(self) -> None:
+    def __init__(self, windows: bool = True, light: bool = False) -> None:
+        self.windows, self.light = windows, light
         self.peaks: dict[int, int] = {}
         self.written: dict[int, str] = {}
         self.problems: list[str] = []
         self._on = False
+        self._light_on = False
         self._threads: list[threading.Thread] = []
 
     @property
     def recording(self) -> bool:
-        """The allocator's history is being recorded (a window is open)."""
-        return self._on
+        """The allocator records stacks now (a window is open, or the light record is on)."""
+        return self._on or self._light_on
+
+    def begin(self) -> None:
+        """The fit starts: the light record comes on (where wanted)."""
+        if self.light and not self._light_on:
+            self._light_on = self._record(LIGHT, "the allocator's light record could not start")
+
+    def end(self) -> None:
+        """The fit ends: the light record goes off."""
+        if self._light_on and not self._on:
+            with contextlib.suppress(Exception):
+                torch.cuda.memory._record_memory_history(enabled=None)
+        self._light_on = False
 
     def start(self) -> None:
         """The window's first step comes next: the history starts (a failure is noted, the window goes on)."""
+        if not self.windows:
+            return
         try:
             torch.cuda.reset_peak_memory_stats()
-            torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
-                                                     max_entries=MAX_ENTRIES)
-            self._on = True
+        except Exception as err:  # noqa: BLE001
+            self._note(f"the allocator's peak could not be reset: {err}")
+        self._on = self._record({"enabled": "all", "context": "all", "stacks": "python", "max_entries": MAX_ENTRIES},
+                                "the allocator's history could not start")
+
+    def _record(self, how: dict, failure: str) -> bool:
+        try:
+            torch.cuda.memory._record_memory_history(**how)
+            return True
         except Exception as err:  # noqa: BLE001 - a private API: its failure is a note, never the run's
-            self._note(f"the allocator's history could not start: {err}")
+            self._note(f"{failure}: {err}")
+            return False
 
     def stop(self, window: int, target: str | None) -> None:
         """The window ended: dump the history to ``target`` (None: the window was not recorded) and stop it."""
@@ -76,7 +106,7 @@ class MemorySnapshots:
             local = None
         finally:
             with contextlib.suppress(Exception):
-                torch.cuda.memory._record_memory_history(enabled=None)
+                torch.cuda.memory._record_memory_history(**(LIGHT if self._light_on else {"enabled": None}))
         if local is not None and target is not None:
             thread = threading.Thread(target=self._write, args=(window, local, target), daemon=True,
                                       name="streamprof-snapshot")
@@ -105,12 +135,16 @@ class MemorySnapshots:
             self.problems.append(line)
 
 
-def attach_snapshots(wanted: bool) -> tuple[MemorySnapshots | None, str | None]:
-    """The snapshots of a stage's windows, or None and the line that says why there are none (None when not wanted)."""
-    if not wanted:
+def attach_snapshots(wanted: bool, light: bool = False) -> tuple[MemorySnapshots | None, str | None]:
+    """The snapshots of a stage's windows (``wanted``) and its light record (``light``), or None and the line that
+    says why there are none (None when neither is wanted, or only the light record where there is no CUDA)."""
+    if not (wanted or light):
         return None, None
     if not torch.cuda.is_available():
-        return None, "memory_snapshot=True: no CUDA device here, so no memory snapshot is recorded"
+        return None, "memory_snapshot=True: no CUDA device here, so no memory snapshot is recorded" if wanted else None
     if not hasattr(torch.cuda.memory, "_record_memory_history"):
-        return None, "memory_snapshot=True: this torch has no allocator history, so no memory snapshot is recorded"
-    return MemorySnapshots(), None
+        which = "memory_snapshot=True" if wanted else "oom_stacks=True"
+        return None, f"{which}: this torch has no allocator history, so no memory snapshot is recorded"
+    snapshots = MemorySnapshots(windows=wanted, light=light)
+    snapshots.begin()
+    return snapshots, None

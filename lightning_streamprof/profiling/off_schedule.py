@@ -30,7 +30,7 @@ class OffSchedule:
                                                        lambda: recorder.next_step, self._share is not None)
         self.watch, watch_note = attach_watch(settings, recorder, pipelines, fit, rank, world_size,
                                               self.requests.offer if self.requests else None)
-        self.memory, memory_note = attach_snapshots(settings.memory_snapshot)
+        self.memory, memory_note = attach_snapshots(settings.memory_snapshot, settings.oom_stacks and fit)
         recorder.memory = self.memory
         self.notes = [n for n in (watch_note, requests_note, memory_note) if n]  # what does not engage, and why
         #: window -> its explanation against the last normal window
@@ -121,6 +121,8 @@ class OffSchedule:
                 warnings.warn(f"StreamProfiler: {self.notes[-1]}", stacklevel=4)
 
     def close(self) -> None:
-        """Stop looking for requests; the signal's earlier handler comes back."""
+        """Stop looking for requests (the signal's earlier handler comes back) and the allocator's light record."""
         if self.requests is not None:
             self.requests.close()
+        if self.memory is not None:
+            self.memory.end()

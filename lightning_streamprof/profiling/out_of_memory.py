@@ -3,8 +3,8 @@ on unchanged.
 
 Beside the run's windows, global rank R writes ``rank<R>.out_of_memory.txt``: one line ("out of memory at step S: X GiB
 allocated, Y GiB reserved of Z GiB; largest live allocations: ..."), then ``torch.cuda.memory_summary()``; and, where
-the allocator's history was being recorded (``memory_snapshot=True`` during a window), the snapshot as
-``rank<R>.out_of_memory.memory_snapshot.pickle``. Everything here is bounded and guarded: a failure is one debug line,
+the allocator kept stacks (``oom_stacks=True``, the default, or ``memory_snapshot=True`` during a window), the
+snapshot as ``rank<R>.out_of_memory.memory_snapshot.pickle``, whose live blocks name the lines that hold the memory. Everything here is bounded and guarded: a failure is one debug line,
 never a second error on the way out.
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from lightning_streamprof.profiling.storage import join_path, write_atomic
+from lightning_streamprof.words import byte_size
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +31,14 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 
 def _largest(snapshot: dict[str, Any] | None) -> str:
-    """The largest live allocations at the history's peak, by line (empty without a history)."""
+    """The largest allocations live at the error, by line (empty without stacks)."""
     if not snapshot:
         return ""
-    from lightning_streamprof.analysis.memory_snapshot import device_memory
+    from lightning_streamprof.analysis.memory_snapshot import NO_FRAMES, live_at_dump
 
-    found = [m for m in (device_memory(snapshot, d) for d in range(len(snapshot.get("device_traces") or []))) if m]
-    rows = sorted((r for m in found for r in m.at_peak), key=lambda r: -r.bytes)[:NAMED]
-    return "; largest live allocations: " + ", ".join(f"{r.bytes / GiB:.2f} GiB at {r.location}" for r in rows) \
-        if rows else ""
+    rows = [r for r in live_at_dump(snapshot) if r.location != NO_FRAMES][:NAMED]
+    return "; largest live allocations: " + ", ".join(f"{byte_size(r.bytes)} in {r.count:,} at {r.location}"
+                                                      for r in rows) if rows else ""
 
 
 def oom_line(step: int, snapshot: dict[str, Any] | None = None) -> str:

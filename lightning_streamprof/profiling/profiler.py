@@ -116,7 +116,10 @@ class StreamProfiler(Profiler):
             HTML report's Memory section draws its allocated and reserved curve and lists the largest live
             allocations at the peak by line (:mod:`.memory_snapshot`). Whatever this is, an out-of-memory error in a
             training step writes ``rank<R>.out_of_memory.txt`` in the run's directory, with the snapshot when the
-            history was on (:mod:`.out_of_memory`), and goes on unchanged.
+            allocator kept stacks (:mod:`.out_of_memory`), and goes on unchanged.
+        oom_stacks: Keep the Python stack of each live CUDA allocation over the whole fit (the allocator's light
+            record, no history), so that an out-of-memory report names the lines that hold the memory; measured
+            in ``benchmarks/memory_history_cost.py``. ``False``: the report has the allocator's counters only.
 
     Raises:
         TypeError: At construction, for an argument of the wrong type (``active=1.5``, ``dirpath=123``,
@@ -168,6 +171,7 @@ class StreamProfiler(Profiler):
         request_poll: float = POLL_SECONDS,
         request_signal: str | int | None = SIGNAL,
         memory_snapshot: bool = False,
+        oom_stacks: bool = True,
     ) -> None:
         settings = checked_settings(locals())
         super().__init__(dirpath=dirpath, filename=filename)

@@ -33,7 +33,7 @@ RECORDING_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flop
 AUTO_OVERHEAD = 0.01
 DETAILED_OVERHEAD = 0.02
 DETAILED_OPTIONS = ("record_shapes", "profile_memory", "with_stack")
-_BOOLS = (*RECORDING_OPTIONS, "analyze", "memory_snapshot")
+_BOOLS = (*RECORDING_OPTIONS, "analyze", "memory_snapshot", "oom_stacks")
 #: signals a request may not take: SLURM's requeue, and those that stop or kill a process
 _FORBIDDEN_SIGNALS = {getattr(signal, n) for n in ("SIGUSR1", "SIGKILL", "SIGSTOP", "SIGINT") if hasattr(signal, n)}
 
@@ -62,6 +62,8 @@ class ProfilerSettings:
     request_signal: int | None = None
     #: the CUDA allocator's history with stacks for each window's steps, beside its trace
     memory_snapshot: bool = False
+    #: the allocator's light record (live allocations' stacks) over the whole fit, for an out-of-memory report
+    oom_stacks: bool = False
 
 
 def checked_settings(given: dict[str, Any]) -> ProfilerSettings:
@@ -99,7 +101,7 @@ def checked_settings(given: dict[str, Any]) -> ProfilerSettings:
         activities=activities, compress_level=a.compress_level, row_limit=a.row_limit, analyze=a.analyze,
         all_threads=a.all_threads, straggler_threshold=a.straggler_threshold, gather_after=a.gather_after,
         gather_timeout=a.gather_timeout, timeout=a.timeout, watch=_watch(a), **_requests(a),
-        memory_snapshot=a.memory_snapshot)
+        memory_snapshot=a.memory_snapshot, oom_stacks=a.oom_stacks)
 
 
 def _requests(a: SimpleNamespace) -> dict[str, Any]:

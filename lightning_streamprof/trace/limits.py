@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 
+from lightning_streamprof.words import byte_size
+
 #: environment variable overriding :data:`DEFAULT_RATIO`
 RATIO_ENV = "STREAMPROF_MAX_INFLATE"
 #: a gzipped trace may inflate to this many times its size...
@@ -47,16 +49,9 @@ def inflate_limit(compressed_size: int | None) -> int:
 
 def describe_limit(limit: int, compressed_size: int | None) -> str:
     """The reason of a trace refused at ``limit``, in one line."""
-    of = f"{ratio():g} x its {_size(compressed_size)}" if compressed_size is not None else "the limit"
-    return (f"inflates to more than {_size(limit)} ({of}, at least {_size(FLOOR)}; a gzip bomb? "
+    of = f"{ratio():g} x its {byte_size(compressed_size)}" if compressed_size is not None else "the limit"
+    return (f"inflates to more than {byte_size(limit)} ({of}, at least {byte_size(FLOOR)}; a gzip bomb? "
             f"${RATIO_ENV} sets the factor)")
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"
 
 
 # ------------------------------------------------------------------------------------------------ values
@@ -117,6 +112,6 @@ def counted(blocks: Iterable[bytes], limit: int | None) -> Iterator[bytes]:
 
 def describe_values(limit: int, file_size: int | None) -> str:
     """The reason of a trace refused at ``limit`` values, in one line."""
-    of = f"{values_per_byte():g} per byte of its {_size(file_size)}" if file_size is not None else "the limit"
+    of = f"{values_per_byte():g} per byte of its {byte_size(file_size)}" if file_size is not None else "the limit"
     return (f"too many values (more than {limit:,} list entries and object members: {of}, at least "
             f"{VALUES_FLOOR:,}; ${VALUES_ENV} sets the factor)")

@@ -107,10 +107,14 @@ def test_the_first_round_tries_the_other_pipelined_ways_only_when_serial_beat_th
     assert r.reason == "recheck" and [(v.base, v.candidate) for v in r.verdicts] == [(SERIAL, GRAPH)]
 
 
-def test_a_clear_difference_stops_the_blocks_after_three_pairs():
+def test_a_clear_difference_stops_the_blocks_after_three_pairs_a_decisive_one_after_one():
     switch, clock = switch_of()
-    r = until_decided(switch, clock, {SERIAL: 4.0, INLINE: 2.0})
+    r = until_decided(switch, clock, {SERIAL: 2.6, INLINE: 2.0})
     assert len(r.verdicts[0].ratios) == 3 and r.verdicts[0].steps == 7 * switch.rule.settle + 7 * switch.rule.block
+    switch, clock = switch_of()
+    r = until_decided(switch, clock, {SERIAL: 4.0, INLINE: 2.0})  # twice as fast: one serial block
+    assert r.verdicts[0].ratios == (0.5,) and r.verdicts[0].steps == 3 * (switch.rule.settle + switch.rule.block)
+    assert switch.choice == INLINE
 
 
 def test_a_block_must_be_longer_than_its_untimed_start():

@@ -60,6 +60,19 @@ def test_a_clear_case_stops_at_the_fewest_pairs():
     assert "-> faster" in v.describe() and "6 paired blocks" in v.describe()
 
 
+@pytest.mark.parametrize("factor", [1.3, 1 / 1.3])
+def test_drift_never_makes_one_pair_decisive(factor):
+    """A 30% difference under the host's drift, step change and noise: never stopped after one pair."""
+    pairs = Counter(len(verdict(Host(seed, {SERIAL: 10.0, INLINE: 10.0 / factor})).ratios) for seed in range(100))
+    assert pairs[1] == 0 and sum(pairs.values()) == 100, pairs
+
+
+def test_a_decisive_difference_stops_after_one_pair_whatever_the_drift():
+    outcomes = Counter((v.outcome, len(v.ratios)) for v in
+                       (verdict(Host(seed, {SERIAL: 10.0, INLINE: 5.0})) for seed in range(100)))
+    assert outcomes == {("faster", 1): 100}, outcomes
+
+
 def test_an_unclear_case_stops_at_the_most_pairs():
     rule = PairedRule()
     v = verdict(Host(3, {SERIAL: 10.0, INLINE: 10.0}, wave=0.0, change=0.0, noise=0.2))
@@ -105,3 +118,5 @@ def test_rule_arguments_are_checked():
         PairedRule(min_pairs=5, max_pairs=4)
     with pytest.raises(ValueError, match="confidence"):
         PairedRule(confidence=1.0)
+    with pytest.raises(ValueError, match="clear <= decisive"):
+        PairedRule(clear=0.5, decisive=0.25)

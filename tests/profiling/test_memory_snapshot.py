@@ -65,6 +65,20 @@ def test_the_curve_the_peak_and_the_live_allocations_at_the_peak():
     assert sum(r.bytes for r in mem.at_peak) == mem.peak_allocated
 
 
+def test_the_live_allocations_at_the_dump_by_line():
+    """The segments' active blocks: 2 MiB at the user's line 12, 1 MiB without a frame; the inactive block is not
+    live."""
+    rows = ms.live_at_dump(snapshot())
+    assert [(r.location, r.bytes, r.count) for r in rows] == [(f"{USER}:12", 2 * MiB, 1), (ms.NO_FRAMES, MiB, 1)]
+
+
+def test_the_out_of_memory_line_names_the_live_allocations_by_line():
+    from lightning_streamprof.profiling.out_of_memory import _largest
+
+    assert _largest(snapshot()) == f"; largest live allocations: 2.0 MiB in 1 at {USER}:12"
+    assert _largest({"segments": [], "device_traces": []}) == ""
+
+
 def test_the_users_frame_is_the_innermost_outside_the_libraries():
     assert ms.user_frame(frames(TORCH_FRAME, (USER, 7, "step"))) == (f"{USER}:7", "step")
     assert ms.user_frame(frames(TORCH_FRAME)) == (f"{TORCH_FRAME[0]}:125", "forward")  # none of the user's
@@ -157,3 +171,43 @@ def test_a_windows_snapshot_is_beside_its_trace_and_its_peak_is_torchs(tmp_path)
     assert abs(mem.peak_allocated - torch_peak) <= MiB
     with open(prof.report_path, encoding="utf-8") as f:
         assert "largest live allocations at the peak" in f.read()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_resnet50_windows_snapshot_loads_in_torchs_viewer_and_its_peak_is_torchs(tmp_path):
+    import lightning as L
+    import torchvision
+    from helpers import fit
+    from torch.nn import functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class ResNet50(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torchvision.models.resnet50(num_classes=10)
+
+        def training_step(self, batch, batch_idx):
+            images, labels = batch
+            return F.cross_entropy(self.net(images), labels)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+        def train_dataloader(self):
+            data = TensorDataset(torch.randn(64, 3, 224, 224), torch.randint(0, 10, (64,)))
+            return DataLoader(data, batch_size=32, shuffle=True)
+
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=3, warmup=1, active=3, every=0, memory_snapshot=True,
+                          max_overhead=None)
+    fit(prof, tmp_path, max_steps=10, accelerator="gpu", model=ResNet50())
+    (window,) = prof.windows
+    (path,) = list((tmp_path / "t").rglob("rank0.memory_snapshot.pickle"))
+    data = path.read_bytes()
+    from torch.cuda import _memory_viz
+
+    assert "entries" in _memory_viz.trace(pickle.loads(data))
+    (mem,) = ms.snapshot_memory(data)
+    torch_peak = prof._profiled.recorder.memory.peaks[window.window]
+    assert torch_peak > 1 << 30 and abs(mem.peak_allocated - torch_peak) <= MiB, (mem.peak_allocated, torch_peak)
+    assert any(r.location.startswith(__file__) for r in mem.at_peak), mem.at_peak

@@ -3,6 +3,7 @@ and lets the same exception go on; never a second error. On CPU the report says 
 (``gpu``) a real out-of-memory error writes the allocator's numbers, its summary and, with ``memory_snapshot=True``
 during a window, its snapshot."""
 
+import os
 import pickle
 import warnings
 
@@ -54,7 +55,9 @@ def test_a_report_that_cannot_be_written_is_no_second_error(tmp_path, monkeypatc
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_a_real_out_of_memory_writes_the_allocators_numbers_and_snapshot(tmp_path):
+@pytest.mark.parametrize("memory_snapshot", [False, True], ids=["light-record", "in-a-window"])
+def test_a_real_out_of_memory_writes_the_allocators_numbers_and_snapshot(tmp_path, memory_snapshot):
+    """By default (the light record) and in a window with the full history, the report names this file's line."""
     from lightning.pytorch.demos.boring_classes import BoringModel
 
     class Greedy(BoringModel):
@@ -65,13 +68,19 @@ def test_a_real_out_of_memory_writes_the_allocators_numbers_and_snapshot(tmp_pat
                 torch.empty(free, dtype=torch.uint8, device=self.device)
             return super().training_step(batch, batch_idx)
 
-    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=3, warmup=1, active=5, every=0, memory_snapshot=True,
-                          max_overhead=None)
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=3, warmup=1, active=5, every=0,
+                          memory_snapshot=memory_snapshot, max_overhead=None)
     with pytest.raises(torch.OutOfMemoryError):
         fit(prof, tmp_path, max_steps=20, accelerator="gpu", model=Greedy())
     (report,) = list((tmp_path / "t").rglob("rank0.out_of_memory.txt"))
     first, _, summary = report.read_text().partition("\n\n")
     assert first.startswith(f"out of memory at step {OOM_AT}:") and "GiB allocated" in first
-    assert "largest live allocations:" in first and "PyTorch CUDA memory summary" in summary
+    assert "largest live allocations: " in first and f"{os.path.basename(__file__)}:" in first, first
+    assert "PyTorch CUDA memory summary" in summary
     (snap,) = list((tmp_path / "t").rglob("rank0.out_of_memory.memory_snapshot.pickle"))
-    assert pickle.loads(snap.read_bytes())["device_traces"]
+    data = pickle.loads(snap.read_bytes())
+    assert any(b.get("frames") for seg in data["segments"] for b in seg["blocks"])
+    assert bool(data["device_traces"] and data["device_traces"][0]) == memory_snapshot  # the history in a window
+    enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+    fit(prof, tmp_path, max_steps=8, accelerator="gpu")  # a fit that ends well turns the record off
+    assert enabled is None or not enabled()
