@@ -3,8 +3,7 @@ on unchanged.
 
 Beside the run's windows, global rank R writes ``rank<R>.out_of_memory.txt``: one line ("out of memory at step S: X GiB
 allocated, Y GiB reserved of Z GiB; largest live allocations: ..."), then ``torch.cuda.memory_summary()``; and, where
-the allocator kept stacks (``oom_stacks=True``, the default, or ``memory_snapshot=True`` during a window), the
-snapshot as ``rank<R>.out_of_memory.memory_snapshot.pickle``, whose live blocks name the lines that hold the memory. Everything here is bounded and guarded: a failure is one debug line,
+the allocator kept stacks (``oom_stacks=True``, or ``memory_snapshot=True`` during a window), the snapshot as ``rank<R>.out_of_memory.memory_snapshot.pickle``, whose live blocks name the lines that hold the memory. Everything here is bounded and guarded: a failure is one debug line,
 never a second error on the way out.
 """
 
@@ -48,8 +47,10 @@ def oom_line(step: int, snapshot: dict[str, Any] | None = None) -> str:
     device = torch.cuda.current_device()
     allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
     total = torch.cuda.get_device_properties(device).total_memory
+    largest = _largest(snapshot) or ("; StreamProfiler(oom_stacks=True) names the lines that hold the memory"
+                                     if snapshot is None else "")
     return (f"out of memory at step {step:,}: {allocated / GiB:.2f} GiB allocated, {reserved / GiB:.2f} GiB reserved "
-            f"of {total / GiB:.2f} GiB{_largest(snapshot)}")
+            f"of {total / GiB:.2f} GiB{largest}")
 
 
 def write_oom_report(run_dir: str, rank: int, step: int, recording: bool) -> str | None:

@@ -118,8 +118,9 @@ class StreamProfiler(Profiler):
             training step writes ``rank<R>.out_of_memory.txt`` in the run's directory, with the snapshot when the
             allocator kept stacks (:mod:`.out_of_memory`), and goes on unchanged.
         oom_stacks: Keep the Python stack of each live CUDA allocation over the whole fit (the allocator's light
-            record, no history), so that an out-of-memory report names the lines that hold the memory; measured
-            in ``benchmarks/memory_history_cost.py``. ``False``: the report has the allocator's counters only.
+            record, no history), so that an out-of-memory report names the lines that hold the memory. Off by
+            default: it costs 10-17% of every step on an H200 (``benchmarks/memory_history_cost.py``); turn it on to
+            chase an out-of-memory error. Off, the report has the allocator's counters and summary.
 
     Raises:
         TypeError: At construction, for an argument of the wrong type (``active=1.5``, ``dirpath=123``,
@@ -171,7 +172,7 @@ class StreamProfiler(Profiler):
         request_poll: float = POLL_SECONDS,
         request_signal: str | int | None = SIGNAL,
         memory_snapshot: bool = False,
-        oom_stacks: bool = True,
+        oom_stacks: bool = False,
     ) -> None:
         settings = checked_settings(locals())
         super().__init__(dirpath=dirpath, filename=filename)

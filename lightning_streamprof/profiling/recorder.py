@@ -425,6 +425,8 @@ class WindowRecorder:
         that every rank makes at the same step (``synced``), and refuses them by what is alike on every rank: a
         window open, placed off the schedule or already warming up."""
         step = self._next_step - 1 if step is None else step
+        if self._refreshed(trigger, synced):
+            return True
         if self._session is not None or self._trigger is not None:
             return False
         if synced:  # every rank asks at the same step: only what is alike on every rank may refuse
@@ -440,6 +442,15 @@ class WindowRecorder:
         self._window = Window(index=self._windows_done, warmup_start=step, start=step + warmup,
                               stop=step + warmup + active)
         self._warmup_start = step
+        self._trigger = trigger
+        return True
+
+    def _refreshed(self, trigger: WindowTrigger, synced: bool) -> bool:
+        """A new slowdown while a slowdown's window waits for the overhead budget (not yet warming up): the window
+        records for the new one, which is what it will see, at the place it waits for."""
+        waiting = self._trigger is not None and self._session is None and not self.watching
+        if not (waiting and trigger.reason == SLOWDOWN == self._trigger.reason) or synced or self._agree is not None:
+            return False
         self._trigger = trigger
         return True
 

@@ -7,7 +7,7 @@ from test_overhead_budget import BASE, Clock, Costs, FakeExporter, FakeSession
 
 from lightning_streamprof.profiling.recorder import WindowRecorder
 from lightning_streamprof.profiling.schedule import OverheadBudget, WindowSchedule
-from lightning_streamprof.results.triggers import REFERENCE, REQUEST, WindowTrigger
+from lightning_streamprof.results.triggers import REFERENCE, REQUEST, SLOWDOWN, WindowTrigger
 
 ASK = WindowTrigger(reason=REQUEST, via="signal", step=40)
 
@@ -42,6 +42,16 @@ def test_a_request_waits_while_the_budget_is_spent_then_records():
     assert first == (22, 25) and asked[0] > 100  # moved by the budget, not dropped
     assert recorder.moves[1] == 42 and recorder.triggers == {1: ASK}
     assert recorder.budget.fraction(recorder.training_seconds) <= 0.01 * 1.05
+
+
+def test_a_new_slowdown_while_a_slowdowns_window_waits_for_the_budget_is_what_it_records_for():
+    first = WindowTrigger(reason=SLOWDOWN, step=38, baseline_ms=10.0, recent_ms=12.5)
+    second = WindowTrigger(reason=SLOWDOWN, step=70, baseline_ms=10.0, recent_ms=18.0)
+    recorder, exporter, answers = run(WindowSchedule(skip_first=20, warmup=2, active=3, every=0), 0.01,
+                                      {40: first, 80: second, 81: ASK})
+    assert answers == {40: True, 80: True, 81: False}  # a request is no slowdown: it does not take the place
+    (_, asked) = exporter.submitted
+    assert asked[0] > 100 and recorder.triggers == {1: second}
 
 
 def test_a_request_takes_the_next_scheduled_windows_place():
