@@ -30,6 +30,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -231,16 +232,15 @@ class _GpuClassifier:
         return Classifier()
 
 
-def real_fit(steps: int, slow_at: int, sleep: float, base: Path, device: str = "cpu") -> dict:
-    """A fit with and without the loader's sleep (the small CPU model, or on ``cuda`` :class:`_GpuClassifier`): its
-    windows off the schedule and the slow one's explanation."""
+def real_fit(steps: int, slow_at: int, sleep: float, base: Path, device: str = "cpu") -> Iterator[tuple[str, dict]]:
+    """A fit with and without the loader's sleep (the small CPU model, or on ``cuda`` :class:`_GpuClassifier`): the
+    name of each, with its windows off the schedule and the slow one's explanation."""
     import lightning as L
 
     from lightning_streamprof import StreamProfiler
     from lightning_streamprof.report.slowdown import explanation_sentence, trigger_note
 
     make = _GpuClassifier.model if device == "cuda" else _SlowLoader.model
-    out = {}
     for name, at in (("without a slowdown", None), (f"loader +{sleep * 1e3:g} ms from step {slow_at}", slow_at)):
         prof = StreamProfiler(dirpath=str(base / name.split()[0]), skip_first=20, every=0, max_overhead="auto")
         trainer = L.Trainer(max_steps=steps, accelerator=device if device == "cuda" else "cpu", devices=1,
@@ -251,13 +251,13 @@ def real_fit(steps: int, slow_at: int, sleep: float, base: Path, device: str = "
         trainer.fit(make(at, sleep))
         stage = prof._profiled
         triggers = stage.recorder.triggers
-        out[name] = {"steps": steps, "seconds": round(time.perf_counter() - t0, 2),
+        yield name, {"steps": steps, "seconds": round(time.perf_counter() - t0, 2),
                      "baseline_ms": stage.off.watch.baseline * 1e3 if stage.off.watch and stage.off.watch.baseline else None,
                      "windows": [{"window": w.window, "first_step": w.first_step,
                                   "why": trigger_note(w.window, triggers.get(w.window))} for w in prof.windows],
                      "explained": [explanation_sentence(e) for e in stage.off.explained.values()],
-                     "stalls": len(stage.off.watch.stalls) if stage.off.watch else 0}
-    return out
+                     "stalls": len(stage.off.watch.stalls) if stage.off.watch else 0,
+                     "moved_by_the_budget": {str(w): step for w, step in stage.recorder.moves.items()}}
 
 
 def markdown(result: dict) -> str:
@@ -288,9 +288,11 @@ def markdown(result: dict) -> str:
         lines += ["", f"## A {where} fit, {name} ({fit['steps']:,} steps, {fit['seconds']} s)", "",
                   f"- the watch's baseline: {fit['baseline_ms']:.2f} ms a step{share}; stalls: {fit['stalls']}"
                   if fit["baseline_ms"] else "- the watch's baseline: none"]
+        moved = fit.get("moved_by_the_budget", {})
         lines += [f"- window {w['window']} from step {w['first_step']:,}" + (f": {w['why']}" if w["why"] else
                                                                               " (the schedule's)")
-                  for w in fit["windows"]]
+                  + (f" (the overhead budget moved it from step {moved[str(w['window'])]:,})"
+                     if str(w["window"]) in moved else "") for w in fit["windows"]]
         lines += [f"- {sentence}" for sentence in fit["explained"]]
     return "\n".join(lines) + "\n"
 
@@ -322,30 +324,37 @@ def main() -> None:
     parser.add_argument("--host", default="cpu", help="the machine's kind in the result's name (cpu, h200host)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "step-watch"))
     args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"step_watch-{args.host}-{dt.date.today():%Y%m%d}"
+
+    def write(result: dict) -> None:  # after each part, so that a call cut short keeps what it measured
+        stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        stem.with_suffix(".md").write_text(markdown(result))
+
     result = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["python benchmarks/step_watch.py", *_without_out(sys.argv[1:])]),
         "machine": {"host_kind": args.host, "cores": os.cpu_count(), "python": platform.python_version(),
                     "line": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                             f"Python {platform.python_version()}, {platform.platform()}"},
-        "cost": boundary_cost(args.cost_steps, args.rounds),
-        "simulated": quiet_and_caught(args.runs, args.steps, args.slow_at, args.seed),
+        "cost": boundary_cost(args.cost_steps, args.rounds), "simulated": {}, "fit_device": args.fit_device,
     }
+    if args.fit_device == "cuda":
+        import torch
+
+        result["gpu"] = torch.cuda.get_device_name()
+    write(result)
+    result["simulated"] = quiet_and_caught(args.runs, args.steps, args.slow_at, args.seed)
+    write(result)
     if args.fit_steps:
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            result["fit"] = real_fit(args.fit_steps, args.fit_slow_at, args.fit_sleep, Path(tmp), args.fit_device)
-        result["fit_device"] = args.fit_device
-        if args.fit_device == "cuda":
-            import torch
-
-            result["gpu"] = torch.cuda.get_device_name()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"step_watch-{args.host}-{dt.date.today():%Y%m%d}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
+            result["fit"] = {}
+            for name, fit in real_fit(args.fit_steps, args.fit_slow_at, args.fit_sleep, Path(tmp), args.fit_device):
+                result["fit"][name] = fit
+                write(result)
     print(markdown(result))
     print(f"wrote {stem}.json and .md")
 

@@ -41,11 +41,13 @@ def snapshot_name(rank: int) -> str:
 class MemorySnapshots:
     """Records the allocator's history for each window (:meth:`start`, :meth:`stop`; ``windows``) and its light
     record between them (:meth:`begin`, :meth:`end`; ``light``); ``peaks`` holds ``torch.cuda.max_memory_allocated()``
-    over each window's steps, ``written`` the snapshots' paths."""
+    over each window's steps (the allocator's blocks), ``requested_peaks`` the peak of the bytes asked for (what the
+    snapshot's sizes are), ``written`` the snapshots' paths."""
 
     def __init__(self, windows: bool = True, light: bool = False) -> None:
         self.windows, self.light = windows, light
         self.peaks: dict[int, int] = {}
+        self.requested_peaks: dict[int, int] = {}
         self.written: dict[int, str] = {}
         self.problems: list[str] = []
         self._on = False
@@ -100,6 +102,9 @@ class MemorySnapshots:
                 os.close(fd)
                 torch.cuda.memory._dump_snapshot(local)
                 self.peaks[window] = int(torch.cuda.max_memory_allocated())
+                requested = torch.cuda.memory_stats().get("requested_bytes.all.peak")
+                if requested is not None:
+                    self.requested_peaks[window] = int(requested)
         except Exception as err:  # noqa: BLE001
             self._note(f"the memory snapshot of window {window} could not be dumped: {err}")
             if local is not None:

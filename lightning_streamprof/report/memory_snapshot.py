@@ -23,7 +23,8 @@ def snapshots_html(snapshots: Sequence[SnapshotMemory]) -> str:
     parts = ["<h3>Memory snapshots (the CUDA allocator's history)</h3>",
              note("From each window's rank<R>.memory_snapshot.pickle beside its trace (pytorch.org/memory_viz opens "
                   "it): allocated and reserved memory over the window's steps, and the largest live allocations at "
-                  "the peak by the line that made them.")]
+                  "the peak by the line that made them. Allocations count the bytes asked for; the allocator rounds "
+                  "each up to its block (torch.cuda.max_memory_allocated counts blocks, a little more).")]
     columns = [("line", lambda r: r.location), ("function", lambda r: r.function),
                ("size (MiB)", lambda r: mib(r.bytes)), ("count", lambda r: r.count or None)]
     keys = ["allocated MiB", "reserved MiB"]

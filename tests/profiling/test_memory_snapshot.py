@@ -167,8 +167,9 @@ def test_a_windows_snapshot_is_beside_its_trace_and_its_peak_is_torchs(tmp_path)
 
     assert "entries" in _memory_viz.trace(pickle.loads(data))  # torch's own viewer reads it
     (mem,) = ms.snapshot_memory(data)
-    torch_peak = prof._profiled.recorder.memory.peaks[window.window]
-    assert abs(mem.peak_allocated - torch_peak) <= MiB
+    memory = prof._profiled.recorder.memory
+    assert abs(mem.peak_allocated - memory.requested_peaks[window.window]) <= MiB
+    assert abs(mem.peak_allocated - memory.peaks[window.window]) <= MiB  # 1-1.75 GiB tensors: blocks fit them
     with open(prof.report_path, encoding="utf-8") as f:
         assert "largest live allocations at the peak" in f.read()
 
@@ -208,6 +209,8 @@ def test_a_resnet50_windows_snapshot_loads_in_torchs_viewer_and_its_peak_is_torc
 
     assert "entries" in _memory_viz.trace(pickle.loads(data))
     (mem,) = ms.snapshot_memory(data)
-    torch_peak = prof._profiled.recorder.memory.peaks[window.window]
-    assert torch_peak > 1 << 30 and abs(mem.peak_allocated - torch_peak) <= MiB, (mem.peak_allocated, torch_peak)
+    memory = prof._profiled.recorder.memory
+    requested, blocks = memory.requested_peaks[window.window], memory.peaks[window.window]
+    assert requested > 1 << 30 and abs(mem.peak_allocated - requested) <= MiB, (mem.peak_allocated, requested)
+    assert requested <= blocks <= 1.02 * requested  # max_memory_allocated counts the blocks, rounded up
     assert any(r.location.startswith(__file__) for r in mem.at_peak), mem.at_peak
