@@ -5,7 +5,8 @@ The snapshot is a pickled dict: ``segments`` (the allocator's segments at the du
 ``total_size`` and ``blocks`` of ``size``, ``state`` and ``frames``) and ``device_traces`` (per device, the history:
 entries with ``action`` — ``alloc``, ``free_requested``, ``free_completed``, ``segment_alloc``, ``segment_free``,
 ``segment_map``, ``segment_unmap``, ``oom``... — ``addr``, ``size``, ``time_us`` and ``frames`` of ``filename``,
-``line``, ``name``, innermost first). Memory is allocated from ``alloc`` to ``free_completed``, reserved from
+``line``, ``name``, innermost first). Memory is allocated from ``alloc`` to ``free_requested`` (as torch's counters
+count it; to ``free_completed`` where no request was recorded), in the sizes asked for; reserved from
 ``segment_alloc``/``segment_map`` to ``segment_free``/``segment_unmap``; what was there before the history started is
 the state at the dump less the history's net change. The file is unpickled with no class allowed (plain containers
 only), so a snapshot from elsewhere cannot run code.
@@ -29,7 +30,6 @@ SNAPSHOT_SUFFIX = "memory_snapshot.pickle"
 #: frames of these are not the user's line
 _LIBRARY = ("/torch/", "/lightning/", "/pytorch_lightning/", "/lightning_streamprof/", "site-packages/",
             "dist-packages/", "<frozen", "/threading.py", "/contextlib.py")
-_ALLOCATED = {"alloc": 1, "free_completed": -1}
 _RESERVED = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 #: where no frame says who allocated
 BEFORE = "(allocated before the history started)"
@@ -80,8 +80,8 @@ def _at_dump(snapshot: dict[str, Any], device: int) -> tuple[int, int]:
         if not isinstance(seg, dict) or _int(seg.get("device")) != device:
             continue
         reserved += _int(seg.get("total_size"))
-        allocated += sum(_int(b.get("size")) for b in seg.get("blocks") or []
-                         if isinstance(b, dict) and str(b.get("state", "")).startswith("active"))
+        allocated += sum(_int(b.get("requested_size")) or _int(b.get("size")) for b in seg.get("blocks") or []
+                         if isinstance(b, dict) and b.get("state") == "active_allocated")
     return allocated, reserved
 
 
@@ -94,23 +94,41 @@ def device_memory(snapshot: dict[str, Any], device: int, path: str = "", *, rank
     if not entries:
         return None
     end_alloc, end_res = _at_dump(snapshot, device)
-    net_alloc = sum(_ALLOCATED.get(e["action"], 0) * _int(e.get("size")) for e in entries)
+    deltas = _allocated_deltas(entries)
     net_res = sum(_RESERVED.get(e["action"], 0) * _int(e.get("size")) for e in entries)
-    allocated, reserved = end_alloc - net_alloc, end_res - net_res
+    allocated, reserved = end_alloc - sum(deltas), end_res - net_res
     t0 = _int(entries[0].get("time_us"))
     curve = [(0, allocated, reserved)]
     peak, peak_i, at_peak = allocated, -1, curve[0]
-    for i, e in enumerate(entries):
-        action, size = e["action"], _int(e.get("size"))
-        allocated += _ALLOCATED.get(action, 0) * size
-        reserved += _RESERVED.get(action, 0) * size
-        if action in _ALLOCATED or action in _RESERVED:
+    for i, (e, delta) in enumerate(zip(entries, deltas)):
+        allocated += delta
+        reserved += _RESERVED.get(e["action"], 0) * _int(e.get("size"))
+        if delta or e["action"] in _RESERVED:
             curve.append((max(0, _int(e.get("time_us")) - t0), allocated, reserved))
             if allocated > peak:
                 peak, peak_i, at_peak = allocated, i, curve[-1]
     return SnapshotMemory(path=path, device=device, curve=_thin(curve, at_peak), peak_allocated=peak,
                           peak_reserved=at_peak[2], peak_us=at_peak[0], at_peak=_live(entries, peak_i, peak, top),
                           entries=len(entries), rank=rank, window=window)
+
+
+def _allocated_deltas(entries: Sequence[dict[str, Any]]) -> list[int]:
+    """Each entry's change to the allocated bytes: its size at ``alloc``, less it at ``free_requested``, and at a
+    ``free_completed`` of an allocation in the history whose request was not recorded."""
+    live: dict[int, int] = {}  # addresses allocated in the history and not yet freed -> size
+    out = []
+    for e in entries:
+        action, addr = e["action"], _int(e.get("addr"))
+        if action == "alloc":
+            live[addr] = _int(e.get("size"))
+            out.append(live[addr])
+        elif action == "free_requested":
+            out.append(-(live.pop(addr, None) or _int(e.get("size"))))
+        elif action == "free_completed" and addr in live:
+            out.append(-live.pop(addr))
+        else:
+            out.append(0)
+    return out
 
 
 def _thin(curve: list[tuple[int, int, int]], keep: tuple[int, int, int]) -> list[tuple[int, int, int]]:
@@ -129,7 +147,7 @@ def _live(entries: Sequence[dict[str, Any]], peak_i: int, peak: int, top: int) -
     for e in entries[:peak_i + 1]:
         if e["action"] == "alloc":
             live[_int(e.get("addr"))] = (_int(e.get("size")), e.get("frames"))
-        elif e["action"] == "free_completed":
+        elif e["action"] in ("free_requested", "free_completed"):
             live.pop(_int(e.get("addr")), None)
     rows: dict[tuple[str, str], list[int]] = {}
     for size, frames in live.values():

@@ -29,7 +29,8 @@ def entry(action, addr, size, t, *where):
 
 def snapshot():
     """Device 0: 1 MiB allocated and a 4 MiB segment before the history; a 4 MiB segment, then 2, 3 and 1 MiB
-    allocated (the peak: 7 MiB), 3 and 1 MiB freed. Device 1: no history."""
+    allocated (the peak: 7 MiB), 3 MiB freed (counted at its request, as torch's counters do) and 1 MiB (whose
+    request was not recorded: at its completion). Device 1: no history."""
     trace = [
         entry("segment_alloc", 0x10000000, 4 * MiB, 1000),
         entry("alloc", 0x2000, 2 * MiB, 1010, TORCH_FRAME, (USER, 12, "forward")),
@@ -57,12 +58,25 @@ def test_the_curve_the_peak_and_the_live_allocations_at_the_peak():
     (mem,) = ms.snapshot_memory(pickle.dumps(snapshot()), "w/rank0.memory_snapshot.pickle", rank=0, window=3)
     assert (mem.device, mem.rank, mem.window, mem.entries) == (0, 0, 3, 7)
     assert mem.curve == [(0, MiB, 4 * MiB), (0, MiB, 8 * MiB), (10, 3 * MiB, 8 * MiB), (20, 6 * MiB, 8 * MiB),
-                         (30, 7 * MiB, 8 * MiB), (50, 4 * MiB, 8 * MiB), (60, 3 * MiB, 8 * MiB)]
+                         (30, 7 * MiB, 8 * MiB), (40, 4 * MiB, 8 * MiB), (60, 3 * MiB, 8 * MiB)]
     assert (mem.peak_allocated, mem.peak_reserved, mem.peak_us) == (7 * MiB, 8 * MiB, 30)
     rows = [(r.location, r.function, r.bytes, r.count) for r in mem.at_peak]
     assert rows == [(f"{USER}:12", "forward", 3 * MiB, 2), (f"{USER}:20", "loss", 3 * MiB, 1),
                     (ms.BEFORE, "", MiB, 0)]
     assert sum(r.bytes for r in mem.at_peak) == mem.peak_allocated
+
+
+def test_a_free_counts_at_its_request_and_a_block_pending_free_at_the_dump_is_not_allocated():
+    """1 MiB allocated before the history and 2 MiB in it; the 2 MiB are freed on request and their block is still
+    pending (a stream uses it) at the dump; the 1 MiB allocated before is freed on request in the history."""
+    trace = [entry("alloc", 0x2000, 2 * MiB, 0, (USER, 5, "f")), entry("free_requested", 0x2000, 2 * MiB, 10),
+             entry("free_requested", 0x1000, MiB, 20), entry("free_completed", 0x1000, MiB, 30)]
+    blocks = [{"address": 0x2000, "size": 2 * MiB, "requested_size": 2 * MiB, "state": "active_pending_free",
+               "frames": []}]
+    segments = [{"device": 0, "address": 0x1000, "total_size": 4 * MiB, "blocks": blocks}]
+    (mem,) = ms.snapshot_memory(pickle.dumps({"segments": segments, "device_traces": [trace]}))
+    assert [a for _, a, _ in mem.curve] == [MiB, 3 * MiB, MiB, 0]
+    assert mem.peak_allocated == 3 * MiB and mem.peak_us == 0
 
 
 def test_the_live_allocations_at_the_dump_by_line():
