@@ -19,8 +19,9 @@ way in force, or against the safe way when serial runs: the upgrade path); each 
 doubles the interval, up to :data:`MAX_RECHECK` times ``recheck``. A change of phase while serial runs (an epoch,
 a new dataloader, validation) brings the next round forward to :data:`PHASE_DELAY` steps later, at most once
 every :data:`PHASE_GAP` steps. While a pipelined way runs, its steady state is timed every :data:`WATCH` training
-steps; a window slower than that way's own blocks by more than :data:`WATCH_TOLERANCE` is a suspicion, not
-evidence: a round follows at once, and serial takes over (a
+steps; a window slower than that way's own blocks by more than :data:`WATCH_TOLERANCE`, or by half the margin it
+beat serial by when that is more (the host's drift of ±15% moves both ways; only a slowdown that ate a good part of
+the margin can make serial faster), is a suspicion, not evidence: a round follows at once, and serial takes over (a
 :class:`~lightning_streamprof.pipeline.decision.Revert`) only if serial is measurably faster beside it.
 
 Only training is timed: a step the caller marks with :meth:`AutoSwitch.exclude` (a profiler window, validation, a
@@ -252,6 +253,13 @@ class AutoSwitch:
         steady = self.reduce([(self.clock() - watch.start - watch.skipped_s) * 1e3 / watch.timed])[0]
         self._watch = None
         reference = self.history[-1].ms_of(self.choice) if self.history else None
-        if reference is not None and steady > reference * (1 + self.watch_tolerance):
+        if reference is not None and steady > reference * (1 + self._tolerance(reference)):
             self._suspect = steady
             self._start_round("watch")
+
+    def _tolerance(self, reference: float) -> float:
+        """How much slower than its blocks (``reference`` ms) the way in force may run before a round is called:
+        :attr:`watch_tolerance`, or half its margin over serial in the last round when that is more."""
+        serial = self.history[-1].ms_of(SERIAL)
+        margin = serial / reference - 1.0 if serial and reference > 0 else 0.0
+        return max(self.watch_tolerance, margin / 2.0)

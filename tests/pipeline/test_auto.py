@@ -183,6 +183,17 @@ def test_a_steady_state_slower_than_its_blocks_is_timed_beside_serial_before_it_
     assert [d.reverted for d in decisions if d.reverted] == [revert]
 
 
+@pytest.mark.parametrize("ms, slower, called", [({SERIAL: 4.0, INLINE: 2.0}, 1.3, False),
+                                                 ({SERIAL: 4.0, INLINE: 2.0}, 1.6, True),
+                                                 ({SERIAL: 4.0, INLINE: 3.6}, 1.2, True)],
+                         ids=["2x-margin-30%-slower", "2x-margin-60%-slower", "11%-margin-20%-slower"])
+def test_the_watch_calls_a_round_for_a_slowdown_beyond_its_tolerance_or_half_the_margin(ms, slower, called):
+    switch, clock = switch_of(recheck=5000, watch=50)
+    until_decided(switch, clock, ms)
+    drive(switch, clock, {SERIAL: ms[SERIAL] * slower, INLINE: ms[INLINE] * slower}, steps=300)
+    assert (switch.history[-1].reason == "watch") is called
+
+
 def test_a_slow_steady_state_window_that_paired_blocks_do_not_confirm_keeps_the_choice():
     """The host slowed down for both ways: the watch asks, the paired blocks find the pipelined way still faster."""
     switch, clock = switch_of(recheck=5000, watch=50)
