@@ -31,6 +31,8 @@ POLL_STEPS = 100
 POLL_SECONDS = 5.0
 #: the signal that asks for a window by default
 SIGNAL = "SIGUSR2"
+#: the longest the end of a stage waits for the poll thread
+JOIN_SECONDS = 2.0
 
 
 def signal_number(value: str | int | None) -> int | None:
@@ -135,8 +137,12 @@ class Requests:
             self.pending = None
 
     def close(self) -> None:
-        """Stop looking; the signal's earlier handler comes back (once)."""
+        """Stop looking (the poll thread is waited for, at most :data:`JOIN_SECONDS`: a look at a store that hangs
+        does not hold the run, the daemon thread ends with it); the signal's earlier handler comes back (once)."""
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(JOIN_SECONDS)
+            self._thread = None
         if self._signum is not None and self._previous is not None:
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(self._signum, self._previous)
