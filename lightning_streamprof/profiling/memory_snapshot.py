@@ -143,11 +143,12 @@ class MemorySnapshots:
 
 def attach_snapshots(wanted: bool, light: bool = False) -> tuple[MemorySnapshots | None, str | None]:
     """The snapshots of a stage's windows (``wanted``) and its light record (``light``), or None and the line that
-    says why there are none (None when neither is wanted, or only the light record where there is no CUDA)."""
+    says why there are none (None when neither is wanted)."""
     if not (wanted or light):
         return None, None
     if not torch.cuda.is_available():
-        return None, "memory_snapshot=True: no CUDA device here, so no memory snapshot is recorded" if wanted else None
+        return None, ("memory_snapshot=True: no CUDA device here, so no memory snapshot is recorded" if wanted else
+                      "oom_stacks=True: no CUDA device here, so no allocation's stack is kept")
     if not hasattr(torch.cuda.memory, "_record_memory_history"):
         which = "memory_snapshot=True" if wanted else "oom_stacks=True"
         return None, f"{which}: this torch has no allocator history, so no memory snapshot is recorded"

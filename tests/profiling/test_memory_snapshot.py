@@ -156,6 +156,10 @@ def test_without_cuda_one_line_says_no_snapshot_is_recorded(tmp_path):
     with open(prof.report_path, encoding="utf-8") as f:
         assert "memory_snapshot=True: no CUDA device here, so no memory snapshot is recorded" in f.read()
     assert not list((tmp_path / "t").rglob("*.memory_snapshot.pickle"))
+    prof = StreamProfiler(dirpath=tmp_path / "u", skip_first=2, warmup=1, active=2, every=0, oom_stacks=True)
+    fit(prof, tmp_path, max_steps=8)
+    lines = [line for line in prof.summary().splitlines() if "oom_stacks=True" in line]
+    assert lines == ["StreamProfiler: oom_stacks=True: no CUDA device here, so no allocation's stack is kept"]
 
 
 @pytest.mark.gpu
