@@ -48,6 +48,7 @@ class MemorySnapshots:
         self.windows, self.light = windows, light
         self.peaks: dict[int, int] = {}
         self.requested_peaks: dict[int, int] = {}
+        self.device: int | None = None  # the CUDA device the peaks are of
         self.written: dict[int, str] = {}
         self.problems: list[str] = []
         self._on = False
@@ -101,6 +102,7 @@ class MemorySnapshots:
                 fd, local = tempfile.mkstemp(prefix="streamprof-", suffix=f".{SUFFIX}")
                 os.close(fd)
                 torch.cuda.memory._dump_snapshot(local)
+                self.device = torch.cuda.current_device()
                 self.peaks[window] = int(torch.cuda.max_memory_allocated())
                 requested = torch.cuda.memory_stats().get("requested_bytes.all.peak")
                 if requested is not None:

@@ -106,8 +106,13 @@ class OffSchedule:
             return [], []
         from lightning_streamprof.analysis.memory_snapshot import read_snapshots
 
+        import msgspec
+
         self.memory.wait(timeout)
-        return read_snapshots((path, rank, window) for window, path in sorted(self.memory.written.items()))
+        found, problems = read_snapshots((path, rank, window) for window, path in sorted(self.memory.written.items()))
+        peaks = self.memory.peaks
+        return [msgspec.structs.replace(m, blocks_peak=peaks.get(m.window)) if m.device == self.memory.device else m
+                for m in found], problems
 
     def out_of_memory(self, run_dir: str, rank: int, step: int) -> None:
         """An out-of-memory error ends the step: what held the memory is written beside the windows, and said in one

@@ -36,8 +36,15 @@ def snapshots_html(snapshots: Sequence[SnapshotMemory]) -> str:
         where = " ".join(x for x in (f"window {m.window}" if m.window is not None else "",
                                      f"rank {m.rank}" if m.rank is not None else "", f"cuda:{m.device}") if x)
         parts.append(f"<figure>{svg.line_chart(series, 'ms since the history started', 'MiB')}<figcaption>"
-                     f"{for_html(where)}: peak allocated {mib(m.peak_allocated):,.1f} MiB, reserved "
+                     f"{for_html(where)}: peak allocated {mib(m.peak_allocated):,.1f} MiB{_blocks(m)}, reserved "
                      f"{mib(m.peak_reserved):,.1f} MiB, at {m.peak_us / 1e3:.1f} ms</figcaption></figure>")
         parts.append(f"<p>{for_html(where)}: the largest live allocations at the peak</p>"
                      + table(columns, m.at_peak, name_cols=2))
     return "".join(parts)
+
+
+def _blocks(m: SnapshotMemory) -> str:
+    """The allocator's own peak beside the snapshot's, where the recording process kept it."""
+    if m.blocks_peak is None:
+        return ""
+    return f" ({mib(m.blocks_peak):,.1f} MiB in the allocator's blocks, torch.cuda.max_memory_allocated)"

@@ -24,7 +24,9 @@ class LiveAllocations(_Struct):
 class SnapshotMemory(_Struct):
     """One device of one window's snapshot (``path``): ``curve`` of ``(microseconds since the first event,
     allocated, reserved)`` bytes (downsampled), the peak allocated and when, reserved at its peak, the live
-    allocations at the peak by line (largest first), and how many history entries it replayed."""
+    allocations at the peak by line (largest first), and how many history entries it replayed. The sizes are those
+    asked for; ``blocks_peak`` is ``torch.cuda.max_memory_allocated()`` over the window where the recording process
+    kept it: the allocator's blocks, each request rounded up (None: not known, as for a snapshot read post hoc)."""
 
     path: str
     device: int
@@ -36,3 +38,4 @@ class SnapshotMemory(_Struct):
     entries: int
     rank: int | None = None
     window: int | None = None
+    blocks_peak: int | None = None

@@ -143,6 +143,11 @@ def test_the_html_shows_the_curve_and_the_allocations_at_the_peak():
     assert "window 3 rank 0 cuda:0: peak allocated 7.0 MiB, reserved 8.0 MiB" in html
     assert f"{USER}:12" in html and "forward" in html
     assert snapshots_html([]) == ""
+    import msgspec
+
+    html = snapshots_html([msgspec.structs.replace(mem, blocks_peak=7 * MiB + MiB // 2)])
+    assert ("peak allocated 7.0 MiB (7.5 MiB in the allocator's blocks, torch.cuda.max_memory_allocated), reserved"
+            in html)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the line for a machine without CUDA")
@@ -189,7 +194,8 @@ def test_a_windows_snapshot_is_beside_its_trace_and_its_peak_is_torchs(tmp_path)
     assert abs(mem.peak_allocated - memory.requested_peaks[window.window]) <= MiB
     assert abs(mem.peak_allocated - memory.peaks[window.window]) <= MiB  # 1-1.75 GiB tensors: blocks fit them
     with open(prof.report_path, encoding="utf-8") as f:
-        assert "largest live allocations at the peak" in f.read()
+        html = f.read()
+    assert "largest live allocations at the peak" in html and "in the allocator's blocks" in html
 
 
 @pytest.mark.gpu
