@@ -86,7 +86,8 @@ class AutoSwitch:
     :class:`~lightning_streamprof.pipeline.decision.Decision`), :meth:`exclude` for a step that does more than
     train, :meth:`phase_changed` at a new epoch or after validation, :meth:`waited` with the seconds each step waited
     for the loader; ``history`` (each :class:`~lightning_streamprof.pipeline.decision.Round`) and ``reverts`` for
-    reports. ``clock`` gives seconds (a fake one in tests); ``sync`` waits for the device before each reading;
+    reports. ``clock`` gives seconds (a fake one in tests); ``sync`` waits for the device before each reading of the
+    paired blocks (not the steady-state watch's, whose windows are long enough to read unsynchronised);
     ``reduce`` averages timings across processes (DDP ranks; every rank calls it at the same steps) so that all
     ranks decide alike. ``trial`` is the length of a block (:attr:`PairedRule.block` is ``trial - settle``); the
     other arguments default to this module's constants of the same names and to :class:`PairedRule`'s.
@@ -237,9 +238,8 @@ class AutoSwitch:
         if self._watch_settle > 0:
             self._watch_settle -= 1
             return
-        if self._watch is None:
-            self.sync()
-            self._watch = _Watch(self.clock())
+        if self._watch is None:  # unsynchronised: a window of steps is off by the queue's step or two, and the
+            self._watch = _Watch(self.clock())  # device runs on (a wait each window cost the overlap it drained)
             self._mark = self._watch.start
             return
         watch = self._watch
@@ -249,7 +249,6 @@ class AutoSwitch:
         watch.timed += 1
         if watch.timed < self.watch:
             return
-        self.sync()
         steady = self.reduce([(self.clock() - watch.start - watch.skipped_s) * 1e3 / watch.timed])[0]
         self._watch = None
         reference = self.history[-1].ms_of(self.choice) if self.history else None

@@ -194,6 +194,15 @@ def test_the_watch_calls_a_round_for_a_slowdown_beyond_its_tolerance_or_half_the
     assert (switch.history[-1].reason == "watch") is called
 
 
+def test_the_paired_blocks_wait_for_the_device_and_the_steady_state_watch_never_does():
+    syncs = []
+    switch, clock = switch_of(recheck=5000, watch=50, sync=lambda: syncs.append(switch.steps))
+    until_decided(switch, clock, {SERIAL: 4.0, INLINE: 2.0})
+    in_trials = len(syncs)
+    drive(switch, clock, {SERIAL: 4.0, INLINE: 2.0}, steps=1000)  # 20 steady-state windows
+    assert in_trials >= 4 and len(syncs) == in_trials and len(switch.history) == 1
+
+
 def test_a_slow_steady_state_window_that_paired_blocks_do_not_confirm_keeps_the_choice():
     """The host slowed down for both ways: the watch asks, the paired blocks find the pipelined way still faster."""
     switch, clock = switch_of(recheck=5000, watch=50)
