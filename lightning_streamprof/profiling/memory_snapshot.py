@@ -30,7 +30,11 @@ log = logging.getLogger(__name__)
 #: history entries kept per window (the oldest go first); a ResNet-50 step makes a few thousand
 MAX_ENTRIES = 1_000_000
 #: the record ``oom_stacks=True`` keeps between windows: the stacks of live allocations, no history of alloc and free
-LIGHT = {"enabled": "state", "context": "state", "stacks": "python"}
+#: (the window's entries cleared, so that the allocator keeps no history it will not dump)
+LIGHT = {"enabled": "state", "context": "state", "stacks": "python", "clear_history": True}
+#: a window's record: every alloc and free with its Python stack, from an empty history (the allocator keeps the
+#: entries of earlier windows otherwise, and the window's snapshot would hold them)
+WINDOW = {"enabled": "all", "context": "all", "stacks": "python", "max_entries": MAX_ENTRIES, "clear_history": True}
 
 
 def snapshot_name(rank: int) -> str:
@@ -80,12 +84,15 @@ class MemorySnapshots:
             torch.cuda.reset_peak_memory_stats()
         except Exception as err:  # noqa: BLE001
             self._note(f"the allocator's peak could not be reset: {err}")
-        self._on = self._record({"enabled": "all", "context": "all", "stacks": "python", "max_entries": MAX_ENTRIES},
-                                "the allocator's history could not start")
+        self._on = self._record(WINDOW, "the allocator's history could not start")
 
     def _record(self, how: dict, failure: str) -> bool:
+        record = torch.cuda.memory._record_memory_history
         try:
-            torch.cuda.memory._record_memory_history(**how)
+            try:
+                record(**how)
+            except TypeError:  # a torch before `clear_history`
+                record(**{k: v for k, v in how.items() if k != "clear_history"})
             return True
         except Exception as err:  # noqa: BLE001 - a private API: its failure is a note, never the run's
             self._note(f"{failure}: {err}")
@@ -113,8 +120,11 @@ class MemorySnapshots:
                 remove_local(local)
             local = None
         finally:
-            with contextlib.suppress(Exception):
-                torch.cuda.memory._record_memory_history(**(LIGHT if self._light_on else {"enabled": None}))
+            if self._light_on:
+                self._light_on = self._record(LIGHT, "the allocator's light record could not come back")
+            else:
+                with contextlib.suppress(Exception):
+                    torch.cuda.memory._record_memory_history(enabled=None)
         if local is not None and target is not None:
             thread = threading.Thread(target=self._write, args=(window, local, target), daemon=True,
                                       name="streamprof-snapshot")

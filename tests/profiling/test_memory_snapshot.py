@@ -238,3 +238,46 @@ def test_a_resnet50_windows_snapshot_loads_in_torchs_viewer_and_its_peak_is_torc
     assert requested > 1 << 30 and abs(mem.peak_allocated - requested) <= MiB, (mem.peak_allocated, requested)
     assert requested <= blocks <= 1.02 * requested  # max_memory_allocated counts the blocks, rounded up
     assert any(r.location.startswith(__file__) for r in mem.at_peak), mem.at_peak
+
+
+def test_the_allocators_records_from_fit_to_window_and_back(monkeypatch):
+    """The light record over the fit, each window's history from an empty one, the light record back after it, off
+    at the end; a torch without ``clear_history`` is asked again without it (the allocator's API stubbed)."""
+    from lightning_streamprof.profiling import memory_snapshot as snap
+
+    calls = []
+
+    def record(enabled="all", context="all", stacks="all", max_entries=None, clear_history=None, **_):
+        if clear_history is not None and old_torch:
+            raise TypeError("unexpected keyword argument 'clear_history'")
+        calls.append((enabled, context, clear_history))
+
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
+    for old_torch in (False, True):
+        calls.clear()
+        memory = snap.MemorySnapshots(windows=True, light=True)
+        memory.begin()
+        assert memory.recording
+        memory.start()
+        memory.stop(0, None)  # a window left unwritten: nothing dumped
+        memory.end()
+        cleared = None if old_torch else True
+        assert calls == [("state", "state", cleared), ("all", "all", cleared), ("state", "state", cleared),
+                         (None, "all", None)]
+        assert not memory.recording and not memory.problems
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_each_windows_snapshot_holds_its_own_steps_only(tmp_path):
+    from helpers import fit
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    prof = StreamProfiler(dirpath=tmp_path / "t", skip_first=3, warmup=1, active=3, every=10, repeat=3,
+                          memory_snapshot=True, max_overhead=None)
+    fit(prof, tmp_path, max_steps=40, accelerator="gpu", model=BoringModel())
+    paths = sorted((tmp_path / "t").rglob("rank0.memory_snapshot.pickle"))
+    assert len(paths) == 3
+    entries = [ms.snapshot_memory(p.read_bytes())[0].entries for p in paths]
+    assert max(entries) <= 1.5 * min(entries), entries  # the same steps each, none carried over
