@@ -114,12 +114,13 @@ class OffSchedule:
         return [msgspec.structs.replace(m, blocks_peak=peaks.get(m.window)) if m.device == self.memory.device else m
                 for m in found], problems
 
-    def out_of_memory(self, run_dir: str, rank: int, step: int) -> None:
-        """An out-of-memory error ends the step: what held the memory is written beside the windows, and said in one
-        warning (the exception goes on unchanged)."""
+    def out_of_memory(self, run_dir: str, rank: int, step: int,
+                      holders: Callable[[], tuple[Any, list[Any]]] | None = None) -> None:
+        """An out-of-memory error ends the step: what held the memory (``holders``: the module and its optimizers)
+        is written beside the windows, and said in one warning (the exception goes on unchanged)."""
         from lightning_streamprof.profiling.out_of_memory import write_oom_report
 
-        line = write_oom_report(run_dir, rank, step, self.memory is not None and self.memory.recording)
+        line = write_oom_report(run_dir, rank, step, self.memory is not None and self.memory.recording, holders)
         if line is not None:
             self.notes.append(f"{line} (rank{rank}.out_of_memory.txt in {run_dir})")
             with contextlib.suppress(Exception):  # warnings turned into errors: never a second error on the way out

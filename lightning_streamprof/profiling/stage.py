@@ -148,8 +148,14 @@ class ProfiledStage:
             return
         self._seen_exception = id(err)
         if self.writable and is_out_of_memory(err):
-            self.off.out_of_memory(self.reporter.run_dir, self.rank, self.recorder.offset + self.recorder.next_step - 1)
+            self.off.out_of_memory(self.reporter.run_dir, self.rank, self.recorder.offset + self.recorder.next_step - 1,
+                                   self._holders)
         self.end_open_window()
+
+    def _holders(self) -> tuple[Any, list[Any]]:
+        """The trained module and its optimizers (whose tensors an out-of-memory report names)."""
+        trainer = self._trainer()
+        return getattr(trainer, "lightning_module", None), list(getattr(trainer, "optimizers", None) or [])
 
     def _step_boundary(self) -> None:
         exporter = self.exporter

@@ -80,6 +80,7 @@ def test_a_real_out_of_memory_writes_the_allocators_numbers_and_snapshot(tmp_pat
     first, _, summary = report.read_text().partition("\n\n")
     assert first.startswith(f"out of memory at step {OOM_AT}:") and "GiB allocated" in first
     assert "largest live allocations: " in first and f"{os.path.basename(__file__)}:" in first, first
+    assert "; Python holds parameters " in first and "largest other tensors: " in first and " uint8[" in first
     assert "PyTorch CUDA memory summary" in summary
     (snap,) = list((tmp_path / "t").rglob("rank0.out_of_memory.memory_snapshot.pickle"))
     data = pickle.loads(snap.read_bytes())
