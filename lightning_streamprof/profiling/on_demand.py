@@ -142,7 +142,6 @@ class Requests:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(JOIN_SECONDS)
-            self._thread = None
         if self._signum is not None and self._previous is not None:
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(self._signum, self._previous)

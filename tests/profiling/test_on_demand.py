@@ -75,7 +75,7 @@ def test_a_local_marker_starts_a_window_within_the_poll_period(tmp_path):
     assert ASK_AT < trigger.step <= ASK_AT + POLL_STEPS + 5  # found at the first poll after it was written
     assert window.first_step == trigger.step + WARMUP
     assert not os.path.exists(base / REQUEST_FILE)  # taken
-    assert not [t for t in threading.enumerate() if t.name == "streamprof-requests"]  # the poll thread ended
+    assert not prof._profiled.off.requests._thread.is_alive()  # the poll thread ended with the fit
 
 
 def test_a_marker_in_the_run_directory_on_a_memory_store(tmp_path):
