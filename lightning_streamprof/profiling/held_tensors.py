@@ -1,5 +1,5 @@
-"""What Python holds on a device when it runs out of memory, at no cost before: the module's parameters and
-gradients, the optimizers' state, and the other tensors that live Python objects reference (found by walking the
+"""What Python holds on a device when it runs out of memory, at no cost before: the module's parameters, gradients
+and buffers, the optimizers' state, and the other tensors that live Python objects reference (found by walking the
 garbage collector's objects once, at the error), each storage counted once; what the allocator has beyond them is
 held outside Python (autograd's saved activations, the caches of libraries).
 """
@@ -21,8 +21,8 @@ LARGEST = 3
 
 @dataclass
 class HeldTensors:
-    """Bytes per kind (``parameters``, ``gradients``, ``optimizer state``, ``other tensors``) and the largest other
-    tensors as ``(bytes, dtype, shape)``."""
+    """Bytes per kind (``parameters``, ``gradients``, ``buffers``, ``optimizer state``, ``other tensors``) and the
+    largest other tensors as ``(bytes, dtype, shape)``."""
 
     kinds: dict[str, int] = field(default_factory=dict)
     largest: list[tuple[int, str, tuple[int, ...]]] = field(default_factory=list)
@@ -46,8 +46,8 @@ class HeldTensors:
 
 def held_tensors(module: Any, optimizers: Iterable[Any], device_type: str = "cuda",
                  objects: Iterable[Any] | None = None) -> HeldTensors:
-    """The tensors on ``device_type`` that ``module`` (its parameters and their gradients), ``optimizers`` (their
-    state) and the other live ``objects`` (default: the garbage collector's) hold, each storage counted once under
+    """The tensors on ``device_type`` that ``module`` (its parameters, their gradients and its buffers),
+    ``optimizers`` (their state) and the other live ``objects`` (default: the garbage collector's) hold, each storage counted once under
     the first kind that holds it."""
     seen: set[int] = set()
     held = HeldTensors()
@@ -65,6 +65,7 @@ def held_tensors(module: Any, optimizers: Iterable[Any], device_type: str = "cud
     params = list(module.parameters()) if module is not None and hasattr(module, "parameters") else []
     count("parameters", params)
     count("gradients", (p.grad for p in params if p.grad is not None))
+    count("buffers", module.buffers() if module is not None and hasattr(module, "buffers") else [])
     count("optimizer state", (v for opt in optimizers for state in getattr(opt, "state", {}).values()
                               if isinstance(state, dict) for v in state.values()))
     count("other tensors", objects if objects is not None else _live_tensors())
