@@ -109,10 +109,12 @@ def measure(name: str, rounds: int, block: int, warmup: int) -> dict:
 
 def markdown(result: dict) -> str:
     lines = [f"# memory_history_cost ({result['machine']['gpu']}, {result['date'][:10]})", "",
-             f"`{result['command']}`  ", f"code {result['code']}, torch {result['torch']}; {machine_line(result['machine'])}",
+             f"`{result['command']}`  ",
+             f"code {result['code']}, torch {result['torch']}; {machine_line(result['machine'])}",
              "", "Cost per training step of each kind of allocator record, against no record in the neighbouring "
              "blocks (median of the rounds, min to max):", "",
-             "| workload | ms per step | " + " | ".join(KINDS) + " |", "| --- | ---: | " + " | ".join("---:" for _ in KINDS) + " |"]
+             "| workload | ms per step | " + " | ".join(KINDS) + " |",
+             "| --- | ---: | " + " | ".join("---:" for _ in KINDS) + " |"]
     for name, r in result["workloads"].items():
         cells = [f"{100 * r[k]['median']:+.2f}% ({100 * r[k]['min']:+.1f} to {100 * r[k]['max']:+.1f})" for k in KINDS]
         lines.append(f"| {name} | {r['off_ms_per_step']:.2f} | " + " | ".join(cells) + " |")

@@ -283,8 +283,9 @@ def markdown(result: dict) -> str:
                          f"{k['fired_before_the_slowdown']} | {k['fired_again']} |")
     where = "CPU" if result.get("fit_device", "cpu") == "cpu" else f"GPU ({result.get('gpu')}, ResNet-18, batch 32)"
     for name, fit in result.get("fit", {}).items():
-        share = (f"; the watch's {c['watch_ns_per_step']:.0f} ns are {100 * c['watch_ns_per_step'] / (fit['baseline_ms'] * 1e6):.4f}%"
-                 " of it") if fit["baseline_ms"] else ""
+        ns = c["watch_ns_per_step"]
+        share = f"; the watch's {ns:.0f} ns are {100 * ns / (fit['baseline_ms'] * 1e6):.4f}% of it" \
+            if fit["baseline_ms"] else ""
         lines += ["", f"## A {where} fit, {name} ({fit['steps']:,} steps, {fit['seconds']} s)", "",
                   f"- the watch's baseline: {fit['baseline_ms']:.2f} ms a step{share}; stalls: {fit['stalls']}"
                   if fit["baseline_ms"] else "- the watch's baseline: none"]

@@ -149,32 +149,30 @@ def _live(entries: Sequence[dict[str, Any]], peak_i: int, peak: int, top: int) -
             live[_int(e.get("addr"))] = (_int(e.get("size")), e.get("frames"))
         elif e["action"] in ("free_requested", "free_completed"):
             live.pop(_int(e.get("addr")), None)
+    before = peak - sum(size for size, _ in live.values())
+    extra = [LiveAllocations(location=BEFORE, function="", bytes=before, count=0)] if before > 0 else []
+    return _by_line(live.values(), top, extra)
+
+
+def _by_line(allocations: Iterable[tuple[int, Any]], top: int,
+             extra: Sequence[LiveAllocations] = ()) -> list[LiveAllocations]:
+    """``(size, frames)`` allocations summed by the user's line (:data:`NO_FRAMES` where none was recorded), with
+    ``extra`` rows, the ``top`` largest first."""
     rows: dict[tuple[str, str], list[int]] = {}
-    for size, frames in live.values():
-        key = user_frame(frames) or (NO_FRAMES, "")
-        row = rows.setdefault(key, [0, 0])
+    for size, frames in allocations:
+        row = rows.setdefault(user_frame(frames) or (NO_FRAMES, ""), [0, 0])
         row[0] += size
         row[1] += 1
-    before = peak - sum(size for size, _ in live.values())
     out = [LiveAllocations(location=loc, function=fn, bytes=b, count=n) for (loc, fn), (b, n) in rows.items()]
-    if before > 0:
-        out.append(LiveAllocations(location=BEFORE, function="", bytes=before, count=0))
-    return sorted(out, key=lambda r: (-r.bytes, r.location))[:top]
+    return sorted([*out, *extra], key=lambda r: (-r.bytes, r.location))[:top]
 
 
 def live_at_dump(snapshot: dict[str, Any], top: int = TOP_ALLOCATIONS) -> list[LiveAllocations]:
     """The allocations live at the dump (the segments' active blocks) by the user's line, largest first; the
     blocks with no frame (allocated before stacks were recorded) as one row (:data:`NO_FRAMES`)."""
-    rows: dict[tuple[str, str], list[int]] = {}
-    for seg in snapshot.get("segments") or []:
-        for block in (seg.get("blocks") or []) if isinstance(seg, dict) else []:
-            if not isinstance(block, dict) or not str(block.get("state", "")).startswith("active"):
-                continue
-            row = rows.setdefault(user_frame(block.get("frames")) or (NO_FRAMES, ""), [0, 0])
-            row[0] += _int(block.get("requested_size")) or _int(block.get("size"))
-            row[1] += 1
-    out = [LiveAllocations(location=loc, function=fn, bytes=b, count=n) for (loc, fn), (b, n) in rows.items()]
-    return sorted(out, key=lambda r: (-r.bytes, r.location))[:top]
+    blocks = (b for seg in snapshot.get("segments") or [] if isinstance(seg, dict) for b in seg.get("blocks") or []
+              if isinstance(b, dict) and str(b.get("state", "")).startswith("active"))
+    return _by_line(((_int(b.get("requested_size")) or _int(b.get("size")), b.get("frames")) for b in blocks), top)
 
 
 def snapshot_memory(data: bytes, path: str = "", *, rank: int | None = None,

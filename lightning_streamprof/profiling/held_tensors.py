@@ -47,8 +47,8 @@ class HeldTensors:
 def held_tensors(module: Any, optimizers: Iterable[Any], device_type: str = "cuda",
                  objects: Iterable[Any] | None = None) -> HeldTensors:
     """The tensors on ``device_type`` that ``module`` (its parameters, their gradients and its buffers),
-    ``optimizers`` (their state) and the other live ``objects`` (default: the garbage collector's) hold, each storage counted once under
-    the first kind that holds it."""
+    ``optimizers`` (their state) and the other live ``objects`` (default: the garbage collector's) hold, each
+    storage counted once under the first kind that holds it."""
     seen: set[int] = set()
     held = HeldTensors()
 

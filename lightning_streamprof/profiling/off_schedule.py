@@ -104,9 +104,9 @@ class OffSchedule:
         each that could not be read."""
         if self.memory is None:
             return [], []
-        from lightning_streamprof.analysis.memory_snapshot import read_snapshots
-
         import msgspec
+
+        from lightning_streamprof.analysis.memory_snapshot import read_snapshots
 
         self.memory.wait(timeout)
         found, problems = read_snapshots((path, rank, window) for window, path in sorted(self.memory.written.items()))

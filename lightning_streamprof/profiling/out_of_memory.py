@@ -3,8 +3,10 @@ on unchanged.
 
 Beside the run's windows, global rank R writes ``rank<R>.out_of_memory.txt``: one line ("out of memory at step S: X GiB
 allocated, Y GiB reserved of Z GiB; Python holds parameters ..., gradients ..., optimizer state ..., other tensors ...
-(:mod:`.held_tensors`); largest live allocations: ..."), then ``torch.cuda.memory_summary()``; and, where
-the allocator kept stacks (``oom_stacks=True``, or ``memory_snapshot=True`` during a window), the snapshot as ``rank<R>.out_of_memory.memory_snapshot.pickle``, whose live blocks name the lines that hold the memory. Everything here is bounded and guarded: a failure is one debug line,
+(:mod:`.held_tensors`); largest live allocations: ..."), then ``torch.cuda.memory_summary()``; and, where the allocator
+kept stacks (``oom_stacks=True``, or ``memory_snapshot=True`` during a window), the snapshot as
+``rank<R>.out_of_memory.memory_snapshot.pickle``, whose live blocks name the lines that hold the memory. Everything
+here is bounded and guarded: a failure is one debug line,
 never a second error on the way out.
 """
 
