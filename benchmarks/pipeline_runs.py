@@ -24,7 +24,8 @@ A third field picks the precision (``bf16`` -> ``bf16-mixed``, ``16`` -> ``16-mi
 (no callback), ``auto`` (``StreamPipeline()``, no arguments), ``on`` (``mode="on"``: staging thread, the frozen
 calls as a CUDA graph when its capture is checked equal), ``on_inline``, ``on_thread`` (the staging thread also
 without CUDA), ``on+graph`` (``cuda_graph=True``: the same as ``on`` now), ``on_eager`` (``cuda_graph=False``),
-``copy`` (``backbone=False``, inline: the copy alone), ``copy_nopin`` (the same, ``pin_memory=False``); any of them
+``copy`` (``backbone=False``, inline: the copy alone), ``copy_nopin`` (the same, ``pin_memory=False``),
+``auto_hold`` (``mode="auto"`` whose first trials never come: what auto costs beside ``on`` without them); any of them
 with ``+streamprof`` (``auto+streamprof``) also runs the default ``StreamProfiler``, as ``profiler="streamprof"``
 gives it, with ``+streamprof-idle`` the same profiler with no window (its hooks, threads and worker only), and with
 ``+streamprof-late`` one window of the default options at the middle of the run: the median step after it against
@@ -71,6 +72,7 @@ CONFIGS = {
     "serial": None,
     "auto": {},
     "on": {"mode": "on"},
+    "auto_hold": {"warmup": 10**9},  # auto that never reaches its trials: its steady state alone, against "on"
     "on_inline": {"mode": "on", "staging_thread": False},
     "on_thread": {"mode": "on", "staging_thread": True},  # the staging thread also without CUDA
     "on+graph": {"mode": "on", "cuda_graph": True},
