@@ -12,6 +12,7 @@ from benchmarks.suites import BY_NAME, HERE, QUESTIONS, SUITES
 TOOLS = {
     "gpu": "the GPU runner: installs from .whl/, runs the GPU tests and chosen suites within a time limit",
     "index": "writes benchmarks/results/INDEX.md, the index of the result files, from the files",
+    "pool": "pools the paired rounds of pipeline-speed results by workload: auto against serial and on",
     "figures": "checks the README's marked figures against their result files (--show prints them)",
 }
 

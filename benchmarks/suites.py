@@ -35,7 +35,9 @@ SUITES = [
           "one H200: 15-20 s per run (a workload, a configuration, a round) of 300-1000 steps, the zoo's "
           "libraries longer; 5 rounds of 3 configurations: 4-5 minutes a workload; two H200s with --devices 2",
           "steps/s per configuration and its median per-round ratio to serial (`x serial`): above 1 the pipeline "
-          "wins; compare rows within a file only, the host drifts by up to 10% between runs"),
+          "wins; compare rows within a file only, the host drifts by up to 10% between runs; `pipeline_pool-*`: "
+          "auto's rounds of several files pooled by `python -m benchmarks pool`",
+          prefixes=("pipeline_pool",)),
     Suite("pipeline-throughput", "pipeline_throughput.py", "pipeline",
           "--workloads frozen:8,augment:32 --steps 300",
           "one H200: about 8 minutes for seven workloads (the older suite: pipeline-speed times whole runs)",

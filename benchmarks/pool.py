@@ -1,0 +1,126 @@
+"""The paired rounds of several ``pipeline-speed`` results, pooled by workload: ``mode="auto"`` against serial and
+against ``mode="on"``, round by round, and whether auto meets its mark (its median per-round ratio at least
+``--mark`` times the better of serial and ``on``, and no round below ``--floor`` times serial's).
+
+    python -m benchmarks pool benchmarks/results/pipeline-speed/pipeline_runs-h200-i34-*.json --tag h200-i34
+
+Only rounds that ran auto beside the fixed way are pooled (a ratio is taken within a round, never across files).
+Writes ``benchmarks/results/pipeline-speed/pipeline_pool-<tag>.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from benchmarks.suites import RESULTS
+
+OUT = RESULTS / "pipeline-speed"
+
+
+def pooled_rows(results: list[dict]) -> dict[str, dict]:
+    """By workload: the per-round ratios auto/serial and auto/on, and the files and code versions they came from."""
+    rows: dict[str, dict] = {}
+    for result in results:
+        for row in result.get("rows", []):
+            if row.get("rank", 0) != 0:
+                continue
+            rates = row.get("rates") or {}
+            auto = rates.get("auto")
+            if not auto:
+                continue
+            pooled = rows.setdefault(row["workload"], {"serial": [], "on": [], "sources": []})
+            used = False
+            for fixed in ("serial", "on"):
+                for a, b in zip(auto, rates.get(fixed) or []):
+                    if a and b:
+                        pooled[fixed].append(a / b)
+                        used = True
+            if used:
+                pooled["sources"].append(f"{result['name']} ({result.get('code', '?')})")
+    return rows
+
+
+def verdict(row: dict, mark: float, floor: float) -> dict:
+    """Medians, the lowest round against serial, and whether the mark and the floor hold."""
+    out: dict = {"rounds": {k: len(row[k]) for k in ("serial", "on")}}
+    for fixed in ("serial", "on"):
+        ratios = row[fixed]
+        out[f"x_{fixed}"] = statistics.median(ratios) if ratios else None
+        out[f"x_{fixed}_range"] = [min(ratios), max(ratios)] if ratios else None
+    medians = [out[f"x_{k}"] for k in ("serial", "on") if out[f"x_{k}"] is not None]
+    out["x_better"] = min(medians) if medians else None  # against the better fixed way: the lower ratio
+    out["lowest_x_serial"] = min(row["serial"]) if row["serial"] else None
+    out["meets_mark"] = out["x_better"] is not None and out["x_better"] >= mark
+    out["above_floor"] = out["lowest_x_serial"] is None or out["lowest_x_serial"] >= floor
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def markdown(rows: dict[str, dict], verdicts: dict[str, dict], mark: float, floor: float, command: str,
+             device: str) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    lines = [f"# pipeline_pool ({device}, {now:%Y-%m-%d})", "", f"`{command}`  ",
+             f"paired rounds of `mode=\"auto\"` (StreamPipeline()) pooled by workload; each ratio is taken within one"
+             f" round; mark: the median ratio >= {mark} against the better of serial and `on`, floor: no round"
+             f" below {floor} x serial", "",
+             "| workload | rounds | auto x serial | range | auto x on | range | mark | floor |",
+             "| --- | ---: | ---: | --- | ---: | --- | --- | --- |"]
+    for name, v in verdicts.items():
+        rs, ro = v["x_serial_range"], v["x_on_range"]
+        lines.append(f"| {name} | {v['rounds']['serial']}/{v['rounds']['on']} | {_fmt(v['x_serial'])} |"
+                     f" {_fmt(rs[0]) + '-' + _fmt(rs[1]) if rs else '-'} | {_fmt(v['x_on'])} |"
+                     f" {_fmt(ro[0]) + '-' + _fmt(ro[1]) if ro else '-'} |"
+                     f" {'met' if v['meets_mark'] else 'missed'} | {'held' if v['above_floor'] else 'broken'} |")
+    lines += ["", "Sources (code version):"]
+    lines += [f"- {name}: " + ", ".join(rows[name]["sources"]) for name in verdicts]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks pool", description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="+", type=Path, help="pipeline_runs-*.json results")
+    p.add_argument("--tag", required=True, help="file name tag of the pooled result")
+    p.add_argument("--mark", type=float, default=0.97)
+    p.add_argument("--floor", type=float, default=0.95)
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    results = []
+    for f in args.files:
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            print(f"pool: {f}: not a readable JSON result ({e})", file=sys.stderr)
+            return 1
+        if not isinstance(data, dict) or data.get("benchmark") != "pipeline_runs":
+            print(f"pool: {f}: not a pipeline_runs result", file=sys.stderr)
+            return 1
+        results.append({**data, "name": f.stem})
+    rows = pooled_rows(results)
+    if not rows:
+        print("pool: none of the files ran auto beside serial or on", file=sys.stderr)
+        return 1
+    verdicts = {name: verdict(row, args.mark, args.floor) for name, row in sorted(rows.items())}
+    root = RESULTS.parent.parent
+    command = "python -m benchmarks pool " + " ".join(
+        str(f.resolve().relative_to(root)) if f.resolve().is_relative_to(root) else str(f)
+        for f in args.files) + f" --tag {args.tag}"
+    devices = sorted({f"{r.get('devices', 1)} x {r.get('device', '?')}" for r in results})
+    text = markdown(rows, verdicts, args.mark, args.floor, command, ", ".join(devices))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"pipeline_pool-{args.tag}.md").write_text(text)
+    (args.out / f"pipeline_pool-{args.tag}.json").write_text(json.dumps(
+        {"benchmark": "pipeline_pool", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+         "command": command, "device": results[0].get("device"), "devices": results[0].get("devices"),
+         "mark": args.mark, "floor": args.floor,
+         "workloads": {n: {**verdicts[n], "ratios": {k: rows[n][k] for k in ("serial", "on")},
+                           "sources": rows[n]["sources"]} for n in verdicts}}, indent=1))
+    print(text)
+    return 0

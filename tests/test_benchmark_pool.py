@@ -1,0 +1,43 @@
+"""``python -m benchmarks pool``: auto's per-round ratios pooled over results, and its mark and floor, on
+hand-made rates."""
+
+import json
+
+import pytest
+
+from benchmarks import pool
+
+
+def _result(tmp_path, name, rates, code="abc1234"):
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"benchmark": "pipeline_runs", "code": code,
+                                "rows": [{"workload": "w:8", "rank": 0, "rates": rates}]}))
+    return path
+
+
+def test_ratios_are_taken_within_each_round_and_pooled_across_files(tmp_path):
+    a = _result(tmp_path, "a", {"serial": [100.0, 50.0], "on": [200.0, 100.0], "auto": [190.0, 100.0]})
+    b = _result(tmp_path, "b", {"on": [10.0], "auto": [9.0]})
+    assert pool.main([str(a), str(b), "--tag", "t", "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "pipeline_pool-t.json").read_text())["workloads"]["w:8"]
+    assert out["ratios"]["serial"] == pytest.approx([1.9, 2.0])
+    assert out["ratios"]["on"] == pytest.approx([0.95, 1.0, 0.9])
+    assert out["x_on"] == pytest.approx(0.95) and out["x_better"] == pytest.approx(0.95)
+    assert out["meets_mark"] is False and out["above_floor"] is True  # 0.95 < 0.97; no round below serial
+    assert "| w:8 | 2/3 | 1.950 |" in (tmp_path / "pipeline_pool-t.md").read_text()
+
+
+def test_a_round_below_the_floor_breaks_it(tmp_path):
+    a = _result(tmp_path, "a", {"serial": [100.0, 100.0, 100.0], "on": [100.0, 100.0, 100.0],
+                                "auto": [101.0, 99.0, 94.0]})
+    assert pool.main([str(a), "--tag", "t", "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "pipeline_pool-t.json").read_text())["workloads"]["w:8"]
+    assert out["meets_mark"] is True and out["lowest_x_serial"] == pytest.approx(0.94)
+    assert out["above_floor"] is False
+
+
+def test_a_file_that_is_no_pipeline_result_is_named_with_exit_1(tmp_path, capsys):
+    bad = tmp_path / "other.json"
+    bad.write_text(json.dumps({"benchmark": "hook_cost"}))
+    assert pool.main([str(bad), "--tag", "t", "--out", str(tmp_path)]) == 1
+    assert f"{bad}: not a pipeline_runs result" in capsys.readouterr().err
