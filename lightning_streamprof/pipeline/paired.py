@@ -96,7 +96,8 @@ def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[
 class Verdict:
     """What paired blocks of ``base`` and ``candidate`` found: each candidate block's ``ratios`` (its neighbouring
     base blocks' mean ms per step over its own; above 1: the candidate is faster), their median and its
-    ``interval``, and the ``outcome``; the mean ms per step of each way's blocks and the steps they took."""
+    ``interval``, and the ``outcome``; the mean ms per step of each way's blocks and the steps they took; ``beyond``:
+    the difference every pair exceeded when that stopped the blocks early (None: the interval decided)."""
 
     base: Way
     candidate: Way
@@ -106,6 +107,7 @@ class Verdict:
     base_ms: float
     candidate_ms: float
     steps: int
+    beyond: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -115,10 +117,15 @@ class Verdict:
     def describe(self) -> str:
         """One line: the candidate's speed as a multiple of the base's, with its interval, the blocks and the
         outcome."""
-        lo, hi = self.interval
-        return (f"{self.candidate.label}: {self.ratio:.3f}x the speed of {self.base.label} (95% interval {lo:.3f}-"
-                f"{hi:.3f}, {len(self.ratios)} paired blocks, {self.steps} steps; {self.candidate_ms:.3f} against"
-                f" {self.base_ms:.3f} ms per step) -> {self.outcome}")
+        pairs = len(self.ratios)
+        if self.beyond is not None:  # a few pairs, every one far apart: no interval is meant
+            how = (f"{'one pair' if pairs == 1 else f'{pairs} pairs'} of blocks"
+                   f"{'' if pairs == 1 else ', each'} beyond {1 + self.beyond:.2f}x")
+        else:
+            lo, hi = self.interval
+            how = f"95% interval {lo:.3f}-{hi:.3f}, {pairs} paired blocks"
+        return (f"{self.candidate.label}: {self.ratio:.3f}x the speed of {self.base.label} ({how}, {self.steps} steps;"
+                f" {self.candidate_ms:.3f} against {self.base_ms:.3f} ms per step) -> {self.outcome}")
 
 
 def clear_outcome(ratios: Sequence[float], rule: PairedRule) -> Outcome | None:
@@ -266,11 +273,12 @@ class PairedBlocks:
         outcome = read_ratios(ratios, self.rule)
         pairs = len(ratios)
         quick = clear_outcome(ratios, self.rule) if pairs < self.rule.min_pairs else None
+        beyond = None
         if quick is not None:
-            outcome = quick
+            outcome, beyond = quick, self.rule.decisive if pairs < self.rule.quick_pairs else self.rule.clear
         elif pairs < self.rule.max_pairs and (pairs < self.rule.min_pairs or outcome == "unclear"):
             return None
         base = [ms for way, ms in self._blocks if way == self.base]
         candidate = [ms for way, ms in self._blocks if way == self.candidate]
         return Verdict(self.base, self.candidate, tuple(ratios), median_interval(ratios, self.rule.confidence),
-                       outcome, statistics.fmean(base), statistics.fmean(candidate), self._steps)
+                       outcome, statistics.fmean(base), statistics.fmean(candidate), self._steps, beyond)

@@ -73,6 +73,18 @@ def test_a_decisive_difference_stops_after_one_pair_whatever_the_drift():
     assert outcomes == {("faster", 1): 100}, outcomes
 
 
+def test_a_verdict_stopped_early_says_by_what_not_a_one_pair_interval():
+    rule = PairedRule()
+    decisive = verdict(Host(0, {SERIAL: 10.0, INLINE: 5.0}))
+    assert decisive.beyond == rule.decisive
+    assert "(one pair of blocks beyond 1.50x, 30 steps;" in decisive.describe()
+    assert "interval" not in decisive.describe()
+    clear = verdict(Host(0, {SERIAL: 10.0, INLINE: 10.0 / 1.4}))  # beyond 1.25x in each pair, not 1.5x in the first
+    assert clear.beyond == rule.clear and len(clear.ratios) == rule.quick_pairs
+    assert f"({rule.quick_pairs} pairs of blocks, each beyond 1.25x," in clear.describe()
+    assert verdict(Host(0, {SERIAL: 10.0, INLINE: 10.0 / 1.2})).beyond is None  # the interval decided
+
+
 def test_an_unclear_case_stops_at_the_most_pairs():
     rule = PairedRule()
     v = verdict(Host(3, {SERIAL: 10.0, INLINE: 10.0}, wave=0.0, change=0.0, noise=0.2))
