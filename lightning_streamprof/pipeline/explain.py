@@ -37,6 +37,8 @@ def report(f: Facts) -> str:
     where = "CUDA streams" if f.cuda else "no CUDA device: in order, without streams"
     if f.way is not None and f.way.thread:
         where += ", staging thread"
+    if f.auto is not None and f.auto.decided:
+        where += f"; now {f.auto.choice.label}"
     ahead = f" (up to {f.depth} ahead)" if f.depth > 1 else ""
     lines = [f"StreamPipeline ({f.mode}, {where}): {f.staged_batches} batches staged ahead{ahead},"
              f" {f.serial_batches} fetched serially"]

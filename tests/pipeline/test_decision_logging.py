@@ -73,3 +73,4 @@ def test_a_revert_is_logged_with_the_steady_state_loss_and_reported():
     assert "serial measurably faster beside it (the way at 0.333x serial's speed) -> serial from step" in report
     assert "trials (watch, ended at step" in report and "-> serial (-66.7% for the best pipelined way)" in report
     assert "serial: 3.000x the speed of pipelined" in report
+    assert report.startswith("StreamPipeline (auto, no CUDA device: in order, without streams; now serial):"), report
