@@ -112,14 +112,13 @@ def main(argv: list[str]) -> int:
     command = "python -m benchmarks pool " + " ".join(
         str(f.resolve().relative_to(root)) if f.resolve().is_relative_to(root) else str(f)
         for f in args.files) + f" --tag {args.tag}"
-    devices = sorted({f"{r.get('devices', 1)} x {r.get('device', '?')}" for r in results})
-    text = markdown(rows, verdicts, args.mark, args.floor, command, ", ".join(devices))
+    device = ", ".join(sorted({f"{r.get('devices', 1)} x {r.get('device', '?')}" for r in results}))
+    text = markdown(rows, verdicts, args.mark, args.floor, command, device)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"pipeline_pool-{args.tag}.md").write_text(text)
     (args.out / f"pipeline_pool-{args.tag}.json").write_text(json.dumps(
         {"benchmark": "pipeline_pool", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-         "command": command, "device": results[0].get("device"), "devices": results[0].get("devices"),
-         "mark": args.mark, "floor": args.floor,
+         "command": command, "machine": device, "mark": args.mark, "floor": args.floor,
          "workloads": {n: {**verdicts[n], "ratios": {k: rows[n][k] for k in ("serial", "on")},
                            "sources": rows[n]["sources"]} for n in verdicts}}, indent=1))
     print(text)

@@ -67,6 +67,10 @@ class PairedRule:
         if not 0.5 < self.confidence < 1:
             raise ValueError(f"PairedRule: `confidence` must lie in (0.5, 1), got {self.confidence}")
 
+    def early_margin(self, pairs: int) -> float:
+        """The difference every one of ``pairs`` pairs must exceed to stop the blocks before ``min_pairs``."""
+        return self.decisive if pairs < self.quick_pairs else self.clear
+
     @property
     def longest(self) -> int:
         """The most steps one run of paired blocks takes (no step left out)."""
@@ -119,8 +123,8 @@ class Verdict:
         outcome."""
         pairs = len(self.ratios)
         if self.beyond is not None:  # a few pairs, every one far apart: no interval is meant
-            how = (f"{'one pair' if pairs == 1 else f'{pairs} pairs'} of blocks"
-                   f"{'' if pairs == 1 else ', each'} beyond {1 + self.beyond:.2f}x")
+            which = "one pair of blocks" if pairs == 1 else f"{pairs} pairs of blocks, each"
+            how = f"{which} beyond {1 + self.beyond:.2f}x"
         else:
             lo, hi = self.interval
             how = f"95% interval {lo:.3f}-{hi:.3f}, {pairs} paired blocks"
@@ -133,7 +137,7 @@ def clear_outcome(ratios: Sequence[float], rule: PairedRule) -> Outcome | None:
     ``quick_pairs`` ratios all lie beyond the ``clear`` one."""
     if not ratios:
         return None
-    beyond = rule.decisive if len(ratios) < rule.quick_pairs else rule.clear
+    beyond = rule.early_margin(len(ratios))
     if min(ratios) > 1.0 + beyond:
         return "faster"
     if max(ratios) < 1.0 / (1.0 + beyond):
@@ -275,7 +279,7 @@ class PairedBlocks:
         quick = clear_outcome(ratios, self.rule) if pairs < self.rule.min_pairs else None
         beyond = None
         if quick is not None:
-            outcome, beyond = quick, self.rule.decisive if pairs < self.rule.quick_pairs else self.rule.clear
+            outcome, beyond = quick, self.rule.early_margin(pairs)
         elif pairs < self.rule.max_pairs and (pairs < self.rule.min_pairs or outcome == "unclear"):
             return None
         base = [ms for way, ms in self._blocks if way == self.base]
