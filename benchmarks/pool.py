@@ -41,8 +41,16 @@ def pooled_rows(results: list[dict]) -> dict[str, dict]:
                         pooled[fixed].append(a / b)
                         used = True
             if used:
-                pooled["sources"].append(f"{result['name']} ({result.get('code', '?')})")
+                pooled["sources"].append(_source(result))
     return rows
+
+
+def _source(result: dict) -> str:
+    """A result's name with its code version, steps per run and machine: what its rounds are comparable by."""
+    steps = (result.get("args") or {}).get("steps")
+    facts = [result.get("code", "?")] + ([f"{steps} steps"] if steps else []) + (
+        [result["device"]] if result.get("device") else [])
+    return f"{result['name']} ({', '.join(facts)})"
 
 
 def verdict(row: dict, mark: float, floor: float) -> dict:
@@ -79,7 +87,7 @@ def markdown(rows: dict[str, dict], verdicts: dict[str, dict], mark: float, floo
                      f" {_fmt(rs[0]) + '-' + _fmt(rs[1]) if rs else '-'} | {_fmt(v['x_on'])} |"
                      f" {_fmt(ro[0]) + '-' + _fmt(ro[1]) if ro else '-'} |"
                      f" {'met' if v['meets_mark'] else 'missed'} | {'held' if v['above_floor'] else 'broken'} |")
-    lines += ["", "Sources (code version):"]
+    lines += ["", "Sources (code version, steps per run, machine):"]
     lines += [f"- {name}: " + ", ".join(rows[name]["sources"]) for name in verdicts]
     return "\n".join(lines) + "\n"
 

@@ -8,15 +8,16 @@ import pytest
 from benchmarks import pool
 
 
-def _result(tmp_path, name, rates, code="abc1234"):
+def _result(tmp_path, name, rates, code="abc1234", **extra):
     path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps({"benchmark": "pipeline_runs", "code": code,
+    path.write_text(json.dumps({"benchmark": "pipeline_runs", "code": code, **extra,
                                 "rows": [{"workload": "w:8", "rank": 0, "rates": rates}]}))
     return path
 
 
 def test_ratios_are_taken_within_each_round_and_pooled_across_files(tmp_path):
-    a = _result(tmp_path, "a", {"serial": [100.0, 50.0], "on": [200.0, 100.0], "auto": [190.0, 100.0]})
+    a = _result(tmp_path, "a", {"serial": [100.0, 50.0], "on": [200.0, 100.0], "auto": [190.0, 100.0]},
+                args={"steps": 1000}, device="NVIDIA H200")
     b = _result(tmp_path, "b", {"on": [10.0], "auto": [9.0]})
     assert pool.main([str(a), str(b), "--tag", "t", "--out", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "pipeline_pool-t.json").read_text())["workloads"]["w:8"]
@@ -24,7 +25,9 @@ def test_ratios_are_taken_within_each_round_and_pooled_across_files(tmp_path):
     assert out["ratios"]["on"] == pytest.approx([0.95, 1.0, 0.9])
     assert out["x_on"] == pytest.approx(0.95) and out["x_better"] == pytest.approx(0.95)
     assert out["meets_mark"] is False and out["above_floor"] is True  # 0.95 < 0.97; no round below serial
-    assert "| w:8 | 2/3 | 1.950 |" in (tmp_path / "pipeline_pool-t.md").read_text()
+    text = (tmp_path / "pipeline_pool-t.md").read_text()
+    assert "| w:8 | 2/3 | 1.950 |" in text
+    assert "- w:8: a (abc1234, 1000 steps, NVIDIA H200), b (abc1234)" in text  # what each source's rounds are
 
 
 def test_a_round_below_the_floor_breaks_it(tmp_path):
