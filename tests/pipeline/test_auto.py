@@ -124,13 +124,32 @@ def test_a_block_must_be_longer_than_its_untimed_start():
         AutoSwitch((INLINE, SERIAL))
 
 
+def _gaps(switch, clock, ms, rounds=5):
+    """The steps each choice ran between the end of one round and the start of the next."""
+    ends = [until_decided(switch, clock, ms).step for _ in range(rounds)]
+    lengths = [r.verdicts[0].steps for r in switch.history]
+    return [b - a - n for a, b, n in zip(ends, ends[1:], lengths[1:])]
+
+
 def test_rounds_that_keep_the_choice_come_ever_less_often():
     switch, clock = switch_of(recheck=300, max_recheck=1200)
+    ms = {SERIAL: 2.6, INLINE: 2.0}  # clear after three pairs, not decisive
+    assert _gaps(switch, clock, ms) == [300, 600, 1200, 1200]  # `recheck`, then each kept one twice as long
+    assert all(r.verdicts[0].beyond == switch.rule.clear for r in switch.history)
+    switch, clock = switch_of(recheck=300, max_recheck=1200)
+    assert _gaps(switch, clock, {SERIAL: 2.0, INLINE: 2.6}) == [300, 600, 1200, 1200]  # serial in force alike
+
+
+def test_a_decisive_pipelined_win_runs_the_longest_interval_at_once():
+    """One pair beyond 1.5x: the next round comes after `max_recheck` steps, not `recheck` (the watch guards
+    the way in force); a slowdown of that way still calls a round at once."""
+    switch, clock = switch_of(recheck=300, max_recheck=1200, watch=50)
     ms = {SERIAL: 4.0, INLINE: 2.0}
-    ends = [until_decided(switch, clock, ms).step for _ in range(5)]
-    lengths = [r.verdicts[0].steps for r in switch.history]
-    gaps = [b - a - n for a, b, n in zip(ends, ends[1:], lengths[1:])]
-    assert gaps == [300, 600, 1200, 1200]  # the first choice runs `recheck`, then each kept one twice as long
+    assert _gaps(switch, clock, ms, rounds=3) == [1200, 1200]
+    assert all(r.verdicts[0].beyond == switch.rule.decisive for r in switch.history)
+    slow = {SERIAL: 4.0, INLINE: 3.2}  # the way in force 60% slower: beyond half its margin
+    r = until_decided(switch, clock, slow)
+    assert r.reason == "watch" and r.step - switch.history[-2].step < 300
 
 
 def test_a_serial_run_moves_to_the_pipelined_way_when_paired_blocks_favour_it():
