@@ -7,6 +7,11 @@ Scenarios: the frozen-backbone workload plain, with memory/stack/shapes recordin
 workload (augmentation in ``on_after_batch_transfer``, ``examples/gpu_augmentation.py``) for three steps, once
 with Lightning's own ``PyTorchProfiler`` (``lightning_pytorchprofiler_augment``) and once with StreamProfiler
 (``streamprof_augment``): traces with Lightning's ``[pl][profile]`` ranges for ``compare_tb_profiler.py``.
+``streamprof_frozen_graph`` (written under ``h200/``, where the fixture from one H200 lies) records five steps
+(22-26) of the frozen backbone with ``StreamPipeline(mode="on", cuda_graph=True)``: the encoder replayed as a CUDA
+graph on the staging thread's side stream, for the GPU time per Lightning hook.
+
+    python -m benchmarks capture-traces --scenarios streamprof_frozen_graph
 
     python -m benchmarks capture-traces --scenarios lightning_pytorchprofiler_augment,streamprof_augment \
         --batch-size 32 --image-size 256
@@ -32,30 +37,39 @@ from gpu_augmentation import Classifier, RandomImages  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from workloads import FrozenBackboneSegmenter, SegmentationData  # noqa: E402
 
-from lightning_streamprof import StreamProfiler  # noqa: E402
+from lightning_streamprof import StreamPipeline, StreamProfiler  # noqa: E402
 
+#: each frozen-backbone scenario: precision, profiler options, and optionally its schedule (over the default's),
+#: the StreamPipeline it trains with, and the folder under ``--out`` it is written to
 SCENARIOS = {
     "frozen_backbone": dict(precision="32-true", options={}),
     "frozen_backbone_memory_stack": dict(
         precision="32-true", options=dict(profile_memory=True, with_stack=True, record_shapes=True)
     ),
     "frozen_backbone_bf16": dict(precision="bf16-mixed", options={}),
+    "streamprof_frozen_graph": dict(precision="32-true", options=dict(max_overhead=None),
+                                    schedule=dict(skip_first=20, active=5),
+                                    pipeline=dict(mode="on", cuda_graph=True), folder="h200"),
 }
 
 
 def capture(name: str, out: str, args: argparse.Namespace) -> str:
     spec = SCENARIOS[name]
     tmp = tempfile.mkdtemp(prefix=f"capture-{name}-")
-    profiler = StreamProfiler(dirpath=tmp, skip_first=10, warmup=2, active=args.active, every=0, **spec["options"])
+    schedule = {"skip_first": 10, "warmup": 2, "active": args.active, **spec.get("schedule", {})}
+    steps = max(20, sum(schedule.values()) + 3)
+    profiler = StreamProfiler(dirpath=tmp, every=0, **schedule, **spec["options"])
+    callbacks = [StreamPipeline(**spec["pipeline"])] if "pipeline" in spec else []
     trainer = L.Trainer(
-        max_steps=20, accelerator="auto", devices=1, profiler=profiler, default_root_dir=tmp, logger=False,
+        max_steps=steps, accelerator="auto", devices=1, profiler=profiler, default_root_dir=tmp, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-        precision=spec["precision"],
+        precision=spec["precision"], callbacks=callbacks,
     )
-    data = SegmentationData(args.batch_size, args.image_size, args.batch_size * 21, workers=args.workers)
+    data = SegmentationData(args.batch_size, args.image_size, args.batch_size * (steps + 1), workers=args.workers)
     L.seed_everything(0, verbose=False)
     trainer.fit(FrozenBackboneSegmenter(), datamodule=data)
     (window,) = profiler.windows
+    out = os.path.join(out, spec.get("folder", ""))
     os.makedirs(out, exist_ok=True)
     target = os.path.join(out, f"{name}.pt.trace.json.gz")
     shutil.copyfile(window.path, target)
