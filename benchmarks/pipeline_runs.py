@@ -36,7 +36,9 @@ blocks over that of the adjacent blocks under Lightning's says what its hooks an
 the drift between runs. A profiled configuration beside the same one alone gets, per round, the whole run's ratio
 and that of the median step of each run's second half (far from the first window and auto's first trials): a loss
 that the second half shares is not the windows'. ``--profile CONFIG,...`` adds a StreamProfiler window at step
-``--profile-at`` to those configurations' last round (its traces and summary under ``--out``).
+``--profile-at`` to those configurations' last round (its traces and summary under ``--out``). Each ``auto``
+run also gets what its trials cost inside the run (``_trial_cost.py``: their steps beyond the run's median step
+outside them, as a share of the run), the part of auto against ``on`` that the drift between runs does not blur.
 Under ``--devices 2`` Lightning's DDP launcher runs this script once per rank; rank 0 writes the results.
 """
 
@@ -62,6 +64,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from _record import code_version, command, results_dir  # noqa: E402
 import workloads  # noqa: E402
 from _aftermath import after_before, lingering, swapped_blocks  # noqa: E402
+from _trial_cost import trial_share  # noqa: E402
 from _profiled_configs import LATE_PROFILER, SWAP_PROFILER, base_config, profiler_options  # noqa: E402
 from lightning.pytorch.profilers import PassThroughProfiler  # noqa: E402
 
@@ -86,18 +89,23 @@ SWAP_EVERY = 50  # steps between the swaps
 
 
 class RunClock(L.Callback):
-    """Wall time from global step ``START`` to the end of training, and device memory along the way."""
+    """Wall time from global step ``START`` to the end of training, and device memory along the way; with
+    ``auto`` (a StreamPipeline in ``mode="auto"``), whether each batch ran in its trials."""
 
-    def __init__(self) -> None:
+    def __init__(self, auto: StreamPipeline | None = None) -> None:
         self.t0 = self.t1 = None
         self.n0 = self.n1 = 0
         self.mem_early = self.mem_end = 0
+        self.auto = auto
         self.starts: list[float] = []  # host time at each batch start (no device sync): where a run loses time
         self.watched: list[bool] = []  # whether a profiler window or its export was under way at each
+        self.in_trials: list[bool] = []  # whether auto was timing ways at each
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.starts.append(time.perf_counter())
         self.watched.append(bool(getattr(trainer.profiler, "in_window", False)))
+        if self.auto is not None:
+            self.in_trials.append(self.auto.state.in_trials)
         if self.t0 is None and trainer.global_step >= START:
             _sync(trainer)
             self.t0, self.n0 = time.perf_counter(), trainer.global_step
@@ -150,13 +158,12 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     workload, batch, precision = spec
     L.seed_everything(0, verbose=False)
     model, loader = make(workload, batch, args.steps, args.devices, args.workers, args.image_size)
-    clock = RunClock()
-    callbacks: list[L.Callback] = [clock]
     pipe = None
     pipeline = CONFIGS[base_config(config)]
     if pipeline is not None:
         pipe = StreamPipeline(**pipeline)
-        callbacks.insert(0, pipe)
+    clock = RunClock(pipe if pipe is not None and pipe.mode == "auto" else None)
+    callbacks: list[L.Callback] = [clock] if pipe is None else [pipe, clock]
     profiler = swap = None
     if profile_dir:
         profiler = StreamProfiler(dirpath=profile_dir, skip_first=args.profile_at, warmup=2, active=3, every=0,
@@ -187,6 +194,8 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
            "after_before": after_before(step_ms, args.steps, AFTER_TRIALS, clock.watched)}
     if swap is not None:
         out["swap"] = swapped_blocks(step_ms, swap.flags, AFTER_TRIALS)
+    if clock.auto is not None:
+        out["trial_share"] = trial_share(step_ms, clock.in_trials, START)
     if pipe is not None:
         out["report"] = pipe.report()
         out["staged_outputs_used"] = {c.label: c.hits for c in pipe.staged_calls}
@@ -270,6 +279,9 @@ def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
     # the profiler swapped with Lightning's own every SWAP_EVERY steps: its blocks' median step over the others'
     row["swap_per_round"] = {c: [r["swap"]["ratio"] for r in rs if r.get("swap")] for c, rs in runs.items()
                              if c.endswith(SWAP_PROFILER)}
+    # auto's trials: their steps beyond the run's typical step, as a share of the run (inside one run: no drift)
+    row["trial_share_per_round"] = {c: [r["trial_share"] for r in rs] for c, rs in runs.items()
+                                    if any(r.get("trial_share") is not None for r in rs)}
     last = {c: rs[-1] for c, rs in runs.items()}
     row["reports"] = {c: r.get("report", "") for c, r in last.items() if r.get("report")}
     row["staged_outputs_used"] = {c: [r.get("staged_outputs_used", 0), r.get("pipelined_steps", 0)]
@@ -305,6 +317,12 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
         for c, v in r.get("auto_vs_per_round", {}).items():
             lines.append(f"- {r['workload']} auto x {c}: " + ", ".join(f"{x:.3f}" for x in v)
                          + f" (median {r['auto_vs'][c]:.3f})")
+    trials = [(r["workload"], c, v) for r in rows for c, v in r.get("trial_share_per_round", {}).items()]
+    if trials:
+        lines += ["", "What auto's trials cost each run, inside the run: their steps' time beyond the run's median step"
+                  " outside them, as a share of the run's time, per round:"]
+        for workload, c, v in trials:
+            lines.append(f"- {workload} {c}: " + ", ".join("no trials" if x is None else f"{x:.2%}" for x in v))
     profiled = [(r["workload"], c, v) for r in rows for c, v in r.get("profiled_vs_alone_per_round", {}).items()]
     if profiled:
         lines += ["", "The same configuration alone x with the profiler, per round (above 1: the profiled run slower):"

@@ -33,7 +33,8 @@ def pooled_rows(results: list[dict]) -> dict[str, dict]:
             auto = rates.get("auto")
             if not auto:
                 continue
-            pooled = rows.setdefault(row["workload"], {"serial": [], "on": [], "sources": []})
+            pooled = rows.setdefault(row["workload"], {"serial": [], "on": [], "trial_share": [], "sources": []})
+            pooled["trial_share"] += [x for x in (row.get("trial_share_per_round") or {}).get("auto", []) if x is not None]
             used = False
             for fixed in ("serial", "on"):
                 for a, b in zip(auto, rates.get(fixed) or []):
@@ -62,6 +63,7 @@ def verdict(row: dict, mark: float, floor: float) -> dict:
         out[f"x_{fixed}_range"] = [min(ratios), max(ratios)] if ratios else None
     medians = [out[f"x_{k}"] for k in ("serial", "on") if out[f"x_{k}"] is not None]
     out["x_better"] = min(medians) if medians else None  # against the better fixed way: the lower ratio
+    out["trial_share"] = statistics.median(row["trial_share"]) if row["trial_share"] else None  # inside each run
     out["lowest_x_serial"] = min(row["serial"]) if row["serial"] else None
     out["meets_mark"] = out["x_better"] is not None and out["x_better"] >= mark
     out["above_floor"] = out["lowest_x_serial"] is None or out["lowest_x_serial"] >= floor
@@ -78,14 +80,16 @@ def markdown(rows: dict[str, dict], verdicts: dict[str, dict], mark: float, floo
     lines = [f"# pipeline_pool ({device}, {now:%Y-%m-%d})", "", f"`{command}`  ",
              f"paired rounds of `mode=\"auto\"` (StreamPipeline()) pooled by workload; each ratio is taken within one"
              f" round; mark: the median ratio >= {mark} against the better of serial and `on`, floor: no round"
-             f" below {floor} x serial", "",
-             "| workload | rounds | auto x serial | range | auto x on | range | mark | floor |",
-             "| --- | ---: | ---: | --- | ---: | --- | --- | --- |"]
+             f" below {floor} x serial; trials: what auto's trials cost each run measured inside it (their steps"
+             f" beyond the run's median step outside them, as a share of the run), the median over the rounds", "",
+             "| workload | rounds | auto x serial | range | auto x on | range | trials | mark | floor |",
+             "| --- | ---: | ---: | --- | ---: | --- | ---: | --- | --- |"]
     for name, v in verdicts.items():
         rs, ro = v["x_serial_range"], v["x_on_range"]
         lines.append(f"| {name} | {v['rounds']['serial']}/{v['rounds']['on']} | {_fmt(v['x_serial'])} |"
                      f" {_fmt(rs[0]) + '-' + _fmt(rs[1]) if rs else '-'} | {_fmt(v['x_on'])} |"
                      f" {_fmt(ro[0]) + '-' + _fmt(ro[1]) if ro else '-'} |"
+                     f" {'-' if v['trial_share'] is None else format(v['trial_share'], '.2%')} |"
                      f" {'met' if v['meets_mark'] else 'missed'} | {'held' if v['above_floor'] else 'broken'} |")
     lines += ["", "Sources (code version, steps per run, machine):"]
     lines += [f"- {name}: " + ", ".join(rows[name]["sources"]) for name in verdicts]

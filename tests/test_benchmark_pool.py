@@ -26,7 +26,7 @@ def test_ratios_are_taken_within_each_round_and_pooled_across_files(tmp_path):
     assert out["x_on"] == pytest.approx(0.95) and out["x_better"] == pytest.approx(0.95)
     assert out["meets_mark"] is False and out["above_floor"] is True  # 0.95 < 0.97; no round below serial
     text = (tmp_path / "pipeline_pool-t.md").read_text()
-    assert "| w:8 | 2/3 | 1.950 |" in text
+    assert "| w:8 | 2/3 | 1.950 |" in text and "| 0.950 | 0.900-1.000 | - | missed |" in text  # no trial share
     assert "- w:8: a (abc1234, 1000 steps, NVIDIA H200), b (abc1234)" in text  # what each source's rounds are
 
 
@@ -44,3 +44,18 @@ def test_a_file_that_is_no_pipeline_result_is_named_with_exit_1(tmp_path, capsys
     bad.write_text(json.dumps({"benchmark": "hook_cost"}))
     assert pool.main([str(bad), "--tag", "t", "--out", str(tmp_path)]) == 1
     assert f"{bad}: not a pipeline_runs result" in capsys.readouterr().err
+
+
+def test_the_trials_cost_measured_inside_each_run_is_pooled_as_a_median(tmp_path):
+    a = _result(tmp_path, "a", {"on": [100.0, 100.0], "auto": [99.0, 98.0]})
+    data = json.loads(a.read_text())
+    data["rows"][0]["trial_share_per_round"] = {"auto": [0.01, None]}
+    a.write_text(json.dumps(data))
+    b = _result(tmp_path, "b", {"on": [100.0], "auto": [97.0]})
+    data = json.loads(b.read_text())
+    data["rows"][0]["trial_share_per_round"] = {"auto": [0.03]}
+    b.write_text(json.dumps(data))
+    assert pool.main([str(a), str(b), "--tag", "t", "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "pipeline_pool-t.json").read_text())["workloads"]["w:8"]
+    assert out["trial_share"] == pytest.approx(0.02)  # a run without trials (None) is left out, not taken as 0
+    assert "| 2.00% |" in (tmp_path / "pipeline_pool-t.md").read_text()

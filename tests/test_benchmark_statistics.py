@@ -1,5 +1,5 @@
 """The statistics of the overhead benchmarks, on hand-made step times and ratios: what a window leaves behind
-(``_aftermath.py``), and how many rounds a 1-point answer needs (``profiler_overhead.py``, ``overhead_noise.py``)."""
+(``_aftermath.py``), what auto's trials cost inside a run (``_trial_cost.py``), and how many rounds a 1-point answer needs (``profiler_overhead.py``, ``overhead_noise.py``)."""
 
 import math
 import os
@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 from _aftermath import GAP, after_before, late_start, lingering  # noqa: E402
+from _trial_cost import trial_share  # noqa: E402
 from overhead_noise import pooled  # noqa: E402
 from profiler_overhead import rounds_for_one_point  # noqa: E402
 
@@ -95,3 +96,20 @@ def test_pipeline_results_pair_each_profiled_configuration_with_the_same_one_alo
     ratios = [r["rate"] / b["rate"] for r, b in pairs[("ldmsd:16", "auto+streamprof")]]
     assert ratios == pytest.approx([0.95, 1.1])
     assert pooled(pairs[("ldmsd:16", "serial+streamprof")])["median"] == pytest.approx(0.95)
+
+
+def test_trial_share_is_the_trial_steps_time_beyond_the_typical_step_over_the_run():
+    # 100 steps of 10 ms, of which steps 20-29 in trials at 25 ms; steps before `first` are not timed
+    durations = [50.0] * 10 + [10.0] * 90
+    flags = [False] * 100
+    for i in range(20, 30):
+        durations[i], flags[i] = 25.0, True
+    total = 10 * 25.0 + 80 * 10.0
+    assert trial_share(durations, flags, first=10) == pytest.approx(10 * 15.0 / total)
+    # a stall outside the trials moves the run's time, not the typical step
+    durations[60] = 500.0
+    assert trial_share(durations, flags, first=10) == pytest.approx(150.0 / (total + 490.0))
+    # trials as fast as the rest cost nothing; slower steps in them cost; none in trials: nothing to measure
+    assert trial_share([10.0] * 100, flags, first=10) == 0.0
+    assert trial_share(durations, [False] * 100, first=10) is None
+    assert trial_share(durations, [True] * 100, first=10) is None
