@@ -124,6 +124,7 @@ class AutoSwitch:
         self._verdicts: list[Verdict] = []
         self._reason = "first"
         self._suspect: float | None = None  # the steady-state ms per step that called this round
+        self._suspect_tolerance = watch_tolerance  # the tolerance it went beyond
         self._exclude = 0  # steps still to leave out (the marked step and the one after it)
         self._mark = 0.0  # the clock at the last step (unsynchronised)
         self._watch: _Watch | None = None
@@ -224,7 +225,7 @@ class AutoSwitch:
         self.history.append(measured)
         revert = None
         if self._suspect is not None and choice == SERIAL and previous is not None and previous != SERIAL:
-            revert = Revert(previous, self._suspect, self.steps, self._verdicts[0])
+            revert = Revert(previous, self._suspect, self.steps, self._verdicts[0], self._suspect_tolerance)
             self.reverts.append(revert)
         self._suspect = None
         confirmed = previous == choice and revert is None
@@ -259,8 +260,23 @@ class AutoSwitch:
         self._watch = None
         reference = self.history[-1].ms_of(self.choice) if self.history else None
         if reference is not None and steady > reference * (1 + self._tolerance(reference)):
-            self._suspect = steady
+            self._suspect, self._suspect_tolerance = steady, self._tolerance(reference)
             self._start_round("watch")
+
+    @property
+    def next_round(self) -> int | None:
+        """The step at which the next round of trials starts, unless the watch or a change of phase brings it
+        forward; None while one is under way."""
+        return None if self._blocks is not None else self.steps + max(self._left, 1)
+
+    @property
+    def watch_limit(self) -> float | None:
+        """How much slower than in its blocks (a fraction) the pipelined way in force may run before the watch calls
+        a round; None while serial runs or before the first round."""
+        if self.choice == SERIAL or not self.history:
+            return None
+        reference = self.history[-1].ms_of(self.choice)
+        return self._tolerance(reference) if reference else None
 
     def _tolerance(self, reference: float) -> float:
         """How much slower than its blocks (``reference`` ms) the way in force may run before a round is called:

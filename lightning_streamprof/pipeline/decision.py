@@ -66,13 +66,14 @@ class Round:
 @dataclass(frozen=True)
 class Revert:
     """The chosen pipelined ``way`` ran slower in steady state (``watched_ms`` per step over the watch window)
-    than in its blocks; serial, timed beside it in paired blocks (``verdict``), was measurably faster and took
-    over at training step ``step``."""
+    than in its blocks, by more than the watch's ``tolerance`` (a fraction); serial, timed beside it in paired blocks
+    (``verdict``), was measurably faster and took over at training step ``step``."""
 
     way: Way
     watched_ms: float
     step: int
     verdict: Verdict
+    tolerance: float = 0.15
 
     @property
     def gain(self) -> float:

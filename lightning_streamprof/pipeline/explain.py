@@ -85,8 +85,13 @@ def _auto_lines(auto: AutoSwitch) -> list[str]:
             lines.append(f"    the loop waited for the loader {r.wait_ms:.3f} ms per step during them")
     for rv in auto.reverts:
         lines.append(f"  steady state: {rv.way.label} {rv.watched_ms:.3f} ms/step over {auto.watch} training steps,"
-                     f" over {100 * auto.watch_tolerance:.0f}% slower than in its blocks; serial measurably faster"
+                     f" over {100 * rv.tolerance:.0f}% slower than in its blocks; serial measurably faster"
                      f" beside it (the way at {1 + rv.gain:.3f}x serial's speed) -> serial from step {rv.step}")
+    if auto.history and auto.next_round is not None:
+        limit = auto.watch_limit
+        sooner = (f"sooner if it runs over {100 * limit:.0f}% slower than in its blocks" if limit is not None
+                  else "sooner after a new epoch, dataloader or validation")
+        lines.append(f"  next trials at step {auto.next_round} ({sooner})")
     return lines
 
 

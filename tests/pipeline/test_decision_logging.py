@@ -52,6 +52,11 @@ def test_each_auto_decision_is_logged_with_its_gain():
     assert step == 42 and metrics == {"streampipe/pipelined": 1.0, "streampipe/gain": steering.auto.history[0].gain,
                                       "streampipe/threaded": 0.0, "streampipe/graphed": 0.0}
     assert metrics["streampipe/gain"] == pytest.approx(1.0)
+    # one pair beyond 1.5x: the next round after 8 x recheck; the watch's limit is half the 2x margin
+    assert steering.auto.next_round == steering.auto.history[0].step + 8000 and steering.auto.watch_limit == 0.5
+    report = explain.report(explain.Facts(mode="auto", auto=steering.auto))
+    assert f"next trials at step {steering.auto.next_round} (sooner if it runs over 50% slower than in its blocks)" \
+        in report, report
     verdict = Verdict(SERIAL, INLINE, (1.25,) * 6, (1.25, 1.25), "faster", 10.0, 8.0, 130)
     assert Round(140, "first", (verdict,), INLINE).gain == pytest.approx(0.25)
 
@@ -68,8 +73,11 @@ def test_a_revert_is_logged_with_the_steady_state_loss_and_reported():
     step, metrics = logger.logged[-1]
     assert metrics["streampipe/pipelined"] == 0.0 and metrics["streampipe/gain"] == pytest.approx(1.0 / 3.0 - 1.0)
     report = explain.report(explain.Facts(mode="auto", auto=steering.auto))
-    assert re.search(r"steady state: pipelined \d\.\d{3} ms/step over 20 training steps, over 15% slower than in its"
+    # the watch's tolerance was half the margin the way had over serial (2x): 50%, not the 15% floor
+    assert re.search(r"steady state: pipelined \d\.\d{3} ms/step over 20 training steps, over 50% slower than in its"
                      r" blocks", report), report
+    assert auto.reverts[0].tolerance == pytest.approx(0.5)
+    assert f"next trials at step {auto.next_round} (sooner after a new epoch, dataloader or validation)" in report
     assert "serial measurably faster beside it (the way at 0.333x serial's speed) -> serial from step" in report
     assert "trials (watch, ended at step" in report and "-> serial (-66.7% for the best pipelined way)" in report
     assert "serial: 3.000x the speed of pipelined" in report
