@@ -43,6 +43,10 @@ SUITES = [
           "one H200: about 8 minutes for seven workloads (the older suite: pipeline-speed times whole runs)",
           "steps/s of serial, the pipeline and hand-written loops beside the loader's and the GPU's ceilings",
           prefixes=("augment64_profile",)),
+    Suite("auto-fake-host", "auto_fake_host.py", "pipeline", "--seeds 100 --steps 10000",
+          "CPU: about 10 seconds",
+          "of seeded runs on a drifting fake host, how many choose the truly faster way and revert, and what the "
+          "trials cost of a run (the CPU tests' host and rule)"),
     Suite("pipeline-host-overhead", "pipeline_host_overhead.py", "pipeline", "--rounds 5",
           "CPU: about 2 minutes",
           "host milliseconds per step that staging adds (inline and on the staging thread) on 30 tiny layers"),

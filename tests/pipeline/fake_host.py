@@ -1,7 +1,13 @@
-"""A fake host for timing tests: steps whose length drifts as a GPU host's does."""
+"""A fake host for timing tests: steps whose length drifts as a GPU host's does; whole ``mode="auto"`` runs on it
+(also read by ``benchmarks/auto_fake_host.py``)."""
 
 import math
 import random
+
+from lightning_streamprof.pipeline.auto import AutoSwitch
+from lightning_streamprof.pipeline.way import INLINE, SERIAL, Way
+
+GRAPH = Way(True, True, True)
 
 
 class Host:
@@ -26,3 +32,20 @@ class Host:
         if self.t > self.change_at:
             f *= 1 + self.change
         self.t += self.ms[way] * f * (1 + self.rng.uniform(-self.noise, self.noise)) / 1e3
+
+
+def whole_run(seed, serial_ms, piped_ms, steps):
+    """A whole run of ``steps`` steps of auto on the drifting host (serial, the graph way at ``piped_ms``, the inline
+    way 2% slower): the switch (its rounds and reverts), and what its trials cost over always running the faster way
+    (a fraction of the run)."""
+    host = Host(seed, {SERIAL: serial_ms, GRAPH: piped_ms, INLINE: piped_ms * 1.02})
+    switch = AutoSwitch((SERIAL, INLINE, GRAPH), clock=host.clock)
+    best = min(serial_ms, piped_ms)
+    spent = ideal = 0.0
+    for _ in range(steps):
+        t0 = host.t
+        host.run(switch.choice)
+        spent += host.t - t0
+        ideal += (host.t - t0) * best / host.ms[switch.choice]
+        switch.step()
+    return switch, spent / ideal - 1.0

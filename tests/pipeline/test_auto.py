@@ -5,14 +5,11 @@ import math
 from collections import Counter
 
 import pytest
-from fake_host import Host
+from fake_host import GRAPH, Host, whole_run
 
 from lightning_streamprof.pipeline import auto as auto_module
 from lightning_streamprof.pipeline.auto import AutoSwitch, trial_order
 from lightning_streamprof.pipeline.way import INLINE, SERIAL, THREAD, Way, candidate_ways
-
-GRAPH = Way(True, True, True)
-
 
 class Clock:
     def __init__(self):
@@ -282,21 +279,6 @@ def test_candidate_ways_never_try_a_graph_without_a_backbone():
     assert candidate_ways(False, True, True) == [SERIAL, GRAPH]
 
 
-def _run(seed, serial_ms, piped_ms, steps):
-    """A whole run on the drifting host: the decisions, the reverts and what the trials cost."""
-    host = Host(seed, {SERIAL: serial_ms, GRAPH: piped_ms, INLINE: piped_ms * 1.02})
-    switch = AutoSwitch((SERIAL, INLINE, GRAPH), clock=host.clock)
-    best = min(serial_ms, piped_ms)
-    spent = ideal = 0.0
-    for _ in range(steps):
-        t0 = host.t
-        host.run(switch.choice)
-        spent += host.t - t0
-        ideal += (host.t - t0) * best / host.ms[switch.choice]
-        switch.step()
-    return switch, spent / ideal - 1.0
-
-
 @pytest.mark.parametrize("serial_ms, piped_ms", [(10.0, 10.0 / 1.05), (10.0 / 1.05, 10.0)],
                          ids=["pipelined-5%-faster", "serial-5%-faster"])
 def test_drift_does_not_fool_the_choice(serial_ms, piped_ms):
@@ -304,7 +286,7 @@ def test_drift_does_not_fool_the_choice(serial_ms, piped_ms):
     right = GRAPH if piped_ms < serial_ms else SERIAL
     first, final, reverts = Counter(), Counter(), 0
     for seed in range(100):
-        switch, _ = _run(seed, serial_ms, piped_ms, 3000)
+        switch, _ = whole_run(seed, serial_ms, piped_ms, 3000)
         first[switch.history[0].choice == right] += 1
         final[switch.choice == right] += 1
         reverts += len(switch.reverts)
@@ -316,6 +298,6 @@ def test_drift_does_not_fool_the_choice(serial_ms, piped_ms):
 @pytest.mark.parametrize("serial_ms, piped_ms", [(10.0, 10.0 / 1.05), (10.0 / 1.05, 10.0), (10.0, 10.0 / 1.3),
                                                  (10.0 / 1.3, 10.0)])
 def test_trials_cost_at_most_two_percent_of_a_ten_thousand_step_run(serial_ms, piped_ms):
-    costs = [_run(seed, serial_ms, piped_ms, 10_000)[1] for seed in range(5)]
+    costs = [whole_run(seed, serial_ms, piped_ms, 10_000)[1] for seed in range(5)]
     assert max(costs) <= 0.02, costs
     assert not any(math.isnan(c) for c in costs)
