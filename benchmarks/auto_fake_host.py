@@ -61,7 +61,8 @@ def main() -> None:
     m = machine()
     lines = [f"# auto_fake_host ({now()})", "", f"`{command('auto_fake_host.py')}`  ",
              f"code {code_version()}; {machine_line(m)}; {args.seeds} seeded runs of {args.steps} steps each", "",
-             "| case | first choice right | final choice right | reverts | rounds per run | trials' cost: median | max |",
+             "| case | first choice right | final choice right | reverts | rounds per run | trials' cost: median"
+             " | max |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['first_right']} | {r['final_right']} | {r['reverts']} |"

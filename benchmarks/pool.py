@@ -34,7 +34,8 @@ def pooled_rows(results: list[dict]) -> dict[str, dict]:
             if not auto:
                 continue
             pooled = rows.setdefault(row["workload"], {"serial": [], "on": [], "trial_share": [], "sources": []})
-            pooled["trial_share"] += [x for x in (row.get("trial_share_per_round") or {}).get("auto", []) if x is not None]
+            shares = (row.get("trial_share_per_round") or {}).get("auto", [])
+            pooled["trial_share"] += [x for x in shares if x is not None]
             used = False
             for fixed in ("serial", "on"):
                 for a, b in zip(auto, rates.get(fixed) or []):

@@ -258,9 +258,9 @@ class AutoSwitch:
             return
         steady = self.reduce([(self.clock() - watch.start - watch.skipped_s) * 1e3 / watch.timed])[0]
         self._watch = None
-        reference = self.history[-1].ms_of(self.choice) if self.history else None
-        if reference is not None and steady > reference * (1 + self._tolerance(reference)):
-            self._suspect, self._suspect_tolerance = steady, self._tolerance(reference)
+        reference, limit = self._reference(), self.watch_limit
+        if limit is not None and steady > reference * (1 + limit):
+            self._suspect, self._suspect_tolerance = steady, limit
             self._start_round("watch")
 
     @property
@@ -273,10 +273,15 @@ class AutoSwitch:
     def watch_limit(self) -> float | None:
         """How much slower than in its blocks (a fraction) the pipelined way in force may run before the watch calls
         a round; None while serial runs or before the first round."""
+        reference = self._reference()
+        return self._tolerance(reference) if reference is not None else None
+
+    def _reference(self) -> float | None:
+        """The ms per step of the pipelined way in force in the last round's blocks (None: serial runs, no round
+        yet, or that way was not timed in it)."""
         if self.choice == SERIAL or not self.history:
             return None
-        reference = self.history[-1].ms_of(self.choice)
-        return self._tolerance(reference) if reference else None
+        return self.history[-1].ms_of(self.choice)
 
     def _tolerance(self, reference: float) -> float:
         """How much slower than its blocks (``reference`` ms) the way in force may run before a round is called:

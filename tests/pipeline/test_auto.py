@@ -11,6 +11,7 @@ from lightning_streamprof.pipeline import auto as auto_module
 from lightning_streamprof.pipeline.auto import AutoSwitch, trial_order
 from lightning_streamprof.pipeline.way import INLINE, SERIAL, THREAD, Way, candidate_ways
 
+
 class Clock:
     def __init__(self):
         self.t = 0.0
