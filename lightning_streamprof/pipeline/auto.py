@@ -209,6 +209,11 @@ class AutoSwitch:
             return self._same[self.choice]
         return self._decide(winner)
 
+    def _beat_serial_decisively(self, way: Way) -> bool:
+        """Whether this round timed ``way`` beside serial and stopped on the decisive margin (``way`` won it: it is
+        the choice). Serial's decisive win over the safe way, before another way beat serial, is not one."""
+        return any({v.base, v.candidate} == {SERIAL, way} and v.beyond == self.rule.decisive for v in self._verdicts)
+
     def _winner(self, verdict: Verdict) -> Way:
         """Serial against the way in doubt: serial only when measurably faster. Any other pair: the candidate only
         when measurably faster."""
@@ -229,7 +234,7 @@ class AutoSwitch:
             self.reverts.append(revert)
         self._suspect = None
         confirmed = previous == choice and revert is None
-        if choice != SERIAL and revert is None and self._verdicts[0].beyond == self.rule.decisive:
+        if choice != SERIAL and revert is None and self._beat_serial_decisively(choice):
             self.interval = self.max_recheck  # far ahead of serial: the watch guards it (see the module)
         else:
             self.interval = min(2 * self.interval, self.max_recheck) if confirmed else self.recheck

@@ -148,6 +148,13 @@ def test_a_decisive_pipelined_win_runs_the_longest_interval_at_once():
     slow = {SERIAL: 4.0, INLINE: 3.2}  # the way in force 60% slower: beyond half its margin
     r = until_decided(switch, clock, slow)
     assert r.reason == "watch" and r.step - switch.history[-2].step < 300
+    # serial decisively faster than the safe way, then another way faster than serial by a clear margin only:
+    # that choice was not won decisively, its next round comes after `recheck`
+    switch, clock = switch_of((SERIAL, INLINE, GRAPH), recheck=300, max_recheck=1200)
+    r = until_decided(switch, clock, {SERIAL: 4.0, GRAPH: 8.0, INLINE: 3.0})
+    assert [(v.base, v.candidate, v.outcome, v.beyond) for v in r.verdicts] == [
+        (GRAPH, SERIAL, "faster", switch.rule.decisive), (SERIAL, INLINE, "faster", switch.rule.clear)]
+    assert switch.choice == INLINE and switch.next_round == r.step + 300
 
 
 def test_a_serial_run_moves_to_the_pipelined_way_when_paired_blocks_favour_it():
