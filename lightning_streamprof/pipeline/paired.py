@@ -18,6 +18,13 @@ about 15%); and after the first pair, when its ratio lies beyond ``1 + decisive`
 difference no drift gives to any one pair (the pipelined frozen ResNet-50 at twice serial's speed on the H200,
 where each further serial block costs 1% of a 1,000-step run).
 
+When only one outcome would change anything (a *challenger* that must be measurably faster to take over: serial
+beside the pipelined way in force, whose doubt keeps that way), the blocks also stop as soon as that outcome is out
+of reach: once so many ratios favour the other way that the challenger's interval cannot clear 1 by
+:attr:`PairedRule.max_pairs` (three of them at the default twelve), whatever the pairs still to come. The choice is
+then the one the longest run would make; only the blocks it no longer needs are saved (the ways alike: about six
+pairs instead of twelve; the challenger behind in each pair: three instead of six).
+
 The first :attr:`PairedRule.settle` steps after each switch are not timed (the switch itself costs a step), nor
 are steps the caller leaves out (a profiler window, validation, a checkpoint, an epoch's end) that took longer than
 :data:`ORDINARY` times the block's mean timed step: a block runs one step longer for each, up to twice its length.
@@ -77,14 +84,10 @@ class PairedRule:
         return (2 * self.max_pairs + 1) * (self.settle + self.block)
 
 
-def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """A confidence interval for the median of ``values``: the ``k``-th smallest and ``k``-th largest, with ``k``
-    the largest order for which the chance that fewer than ``k`` values fall below the median (a fair binomial)
-    is at most half of ``1 - confidence``; the whole range when even ``k = 1`` does not reach that."""
-    ordered = sorted(values)
-    n = len(ordered)
-    if n == 0:
-        return (math.nan, math.nan)
+def interval_order(n: int, confidence: float = 0.95) -> int:
+    """The order ``k`` of :func:`median_interval`'s bounds for ``n`` values: the largest for which the chance that
+    fewer than ``k`` values fall below the median (a fair binomial) is at most half of ``1 - confidence``; 1 when
+    even ``k = 1`` does not reach that (the whole range)."""
     tail = (1.0 - confidence) / 2.0
     k, below = 1, 0.0  # below: P(X < k) for X ~ Binomial(n, 1/2)
     while k < n:
@@ -92,8 +95,27 @@ def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[
         if below + math.comb(n, k) / 2.0**n > tail:
             break
         k += 1
-    k = min(k, (n + 1) // 2)
+    return max(1, min(k, (n + 1) // 2))
+
+
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A confidence interval for the median of ``values``: the ``k``-th smallest and ``k``-th largest, with ``k``
+    from :func:`interval_order`."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return (math.nan, math.nan)
+    k = interval_order(n, confidence)
     return (ordered[k - 1], ordered[n - k])
+
+
+def out_of_reach(ratios: Sequence[float], challenger_is_candidate: bool, rule: PairedRule) -> bool:
+    """Whether the challenger can no longer be found *faster* by :attr:`PairedRule.max_pairs`: its interval clears 1
+    only while fewer than ``k`` ratios (the order of the bounds) lie on the other way's side of 1, ``k`` grows with
+    the pairs, and the ratios so far stay; so once as many as ``k`` at ``max_pairs`` do, no pair to come helps (nor
+    the early stops, which want every ratio on the challenger's side)."""
+    against = sum(1 for r in ratios if (r <= 1.0 if challenger_is_candidate else r >= 1.0))
+    return against >= interval_order(rule.max_pairs, rule.confidence)
 
 
 @dataclass(frozen=True)
@@ -101,7 +123,9 @@ class Verdict:
     """What paired blocks of ``base`` and ``candidate`` found: each candidate block's ``ratios`` (its neighbouring
     base blocks' mean ms per step over its own; above 1: the candidate is faster), their median and its
     ``interval``, and the ``outcome``; the mean ms per step of each way's blocks and the steps they took; ``beyond``:
-    the difference every pair exceeded when that stopped the blocks early (None: the interval decided)."""
+    the difference every pair exceeded when that stopped the blocks early (None: the interval decided);
+    ``challenger``: the way that had to be measurably faster, when the blocks stopped because it no longer could
+    (``outcome`` is then ``unclear`` unless the interval itself is clear)."""
 
     base: Way
     candidate: Way
@@ -112,6 +136,7 @@ class Verdict:
     candidate_ms: float
     steps: int
     beyond: float | None = None
+    challenger: Way | None = None
 
     @property
     def ratio(self) -> float:
@@ -125,6 +150,12 @@ class Verdict:
         if self.beyond is not None:  # a few pairs, every one far apart: no interval is meant
             which = "one pair of blocks" if pairs == 1 else f"{pairs} pairs of blocks, each"
             how = f"{which} beyond {1 + self.beyond:.2f}x"
+        elif self.challenger is not None:  # stopped once the challenger could no longer be measurably faster
+            on_candidate = self.challenger == self.candidate
+            against = sum(1 for r in self.ratios if (r <= 1.0 if on_candidate else r >= 1.0))
+            other = self.base if on_candidate else self.candidate
+            how = (f"{against} of {pairs} paired blocks for {other.label}: {self.challenger.label} cannot be"
+                   " measurably faster")
         else:
             lo, hi = self.interval
             how = f"95% interval {lo:.3f}-{hi:.3f}, {pairs} paired blocks"
@@ -183,7 +214,8 @@ class PairedBlocks:
 
     ``clock`` gives seconds; ``sync`` waits for the device before each reading that opens or closes a block;
     ``reduce`` averages a block's ms per step across processes (every rank calls it at the same steps, so all
-    decide alike)."""
+    decide alike); ``challenger`` (``base`` or ``candidate``, or None when both outcomes matter): the way whose
+    *faster* outcome alone would change the caller's choice, so that the blocks stop once it is out of reach."""
 
     base: Way
     candidate: Way
@@ -191,6 +223,7 @@ class PairedBlocks:
     clock: Callable[[], float]
     sync: Callable[[], None] = lambda: None
     reduce: Callable[[list[float]], list[float]] = lambda values: values
+    challenger: Way | None = None
     _blocks: list[tuple[Way, float]] = field(default_factory=list)
     _timed: dict[Way, tuple[float, int]] = field(default_factory=dict)  # each way's timed seconds and steps so far
     _block: _Block | None = None
@@ -198,6 +231,8 @@ class PairedBlocks:
     _mark: float = math.nan
 
     def __post_init__(self) -> None:
+        if self.challenger not in (None, self.base, self.candidate):
+            raise ValueError(f"PairedBlocks: the challenger {self.challenger.label} is neither way compared")
         self._block = self._new_block(self.base)
         self._mark = self.clock()
 
@@ -277,12 +312,16 @@ class PairedBlocks:
         outcome = read_ratios(ratios, self.rule)
         pairs = len(ratios)
         quick = clear_outcome(ratios, self.rule) if pairs < self.rule.min_pairs else None
-        beyond = None
+        beyond, settled = None, None
         if quick is not None:
             outcome, beyond = quick, self.rule.early_margin(pairs)
         elif pairs < self.rule.max_pairs and (pairs < self.rule.min_pairs or outcome == "unclear"):
-            return None
+            if self.challenger is None or not out_of_reach(ratios, self.challenger == self.candidate, self.rule):
+                return None
+            settled = self.challenger
+            if pairs < self.rule.min_pairs:  # too few pairs for the interval's confidence
+                outcome = "unclear"
         base = [ms for way, ms in self._blocks if way == self.base]
         candidate = [ms for way, ms in self._blocks if way == self.candidate]
         return Verdict(self.base, self.candidate, tuple(ratios), median_interval(ratios, self.rule.confidence),
-                       outcome, statistics.fmean(base), statistics.fmean(candidate), self._steps, beyond)
+                       outcome, statistics.fmean(base), statistics.fmean(candidate), self._steps, beyond, settled)

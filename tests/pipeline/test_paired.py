@@ -7,8 +7,9 @@ from collections import Counter
 import pytest
 from fake_host import Host
 
-from lightning_streamprof.pipeline.paired import PairedBlocks, PairedRule, median_interval, read_ratios
-from lightning_streamprof.pipeline.way import INLINE, SERIAL
+from lightning_streamprof.pipeline.paired import (PairedBlocks, PairedRule, interval_order, median_interval, out_of_reach,
+                                                  read_ratios)
+from lightning_streamprof.pipeline.way import INLINE, SERIAL, Way
 
 
 def test_median_interval_by_hand():
@@ -31,8 +32,8 @@ def test_reading_ratios():
     assert read_ratios([1.05, 1.02, 0.80, 1.01, 1.04, 1.03, 1.06, 1.02, 1.07], rule) == "faster"  # one outlier of 9
 
 
-def verdict(host, rule=PairedRule(), left_out=lambda step: False):
-    blocks = PairedBlocks(SERIAL, INLINE, rule, host.clock)
+def verdict(host, rule=PairedRule(), left_out=lambda step: False, base=SERIAL, candidate=INLINE, challenger=None):
+    blocks = PairedBlocks(base, candidate, rule, host.clock, challenger=challenger)
     step = 0
     while True:
         host.run(blocks.way)
@@ -123,6 +124,62 @@ def test_ranks_decide_alike_on_reduced_block_times():
             break
     assert len(seen) == 2 * PairedRule().max_pairs + 1  # every block reduced; all equal, so unclear to the end
     assert v.outcome == "unclear" and set(v.ratios) == {1.0}
+
+
+def test_out_of_reach_by_hand():
+    rule = PairedRule()  # 12 pairs at most: the interval's order is 3, so 3 ratios against put a win out of reach
+    assert interval_order(rule.max_pairs) == 3 and interval_order(6) == 1 and interval_order(9) == 2
+    assert not out_of_reach([0.9, 0.95, 1.2], True, rule)  # two of three against the candidate: 10 of 12 may follow
+    assert out_of_reach([0.9, 0.95, 1.0], True, rule)  # a tie counts against: the interval must clear 1
+    assert out_of_reach([1.1, 1.3, 1.02, 0.8], False, rule)  # a challenging base wants ratios below 1
+    assert not out_of_reach([0.8, 0.9, 1.1, 0.7, 0.95], False, rule)
+    assert out_of_reach([0.9, 0.95, 0.99], True, PairedRule(max_pairs=12, min_pairs=6))
+    assert not out_of_reach([0.9, 0.95, 0.99], True, PairedRule(max_pairs=20))  # order 6 at 20 pairs
+
+
+def test_a_challenger_behind_in_every_pair_stops_after_three_pairs():
+    """Serial, which must be measurably faster to take over, ran slower in each of the first three pairs: no later
+    pair could make its interval clear 1, so the blocks stop (the old rule ran six pairs to the same choice)."""
+    rule = PairedRule()
+    host = Host(0, {SERIAL: 10.0, INLINE: 10.0 / 1.12}, wave=0.0, change=0.0, noise=0.01)
+    v = verdict(host, base=INLINE, candidate=SERIAL, challenger=SERIAL)
+    assert len(v.ratios) == interval_order(rule.max_pairs) == 3
+    assert v.challenger == SERIAL and v.outcome == "unclear" and all(r < 1 for r in v.ratios)
+    assert v.steps == (2 * 3 + 1) * (rule.settle + rule.block)
+    assert "(3 of 3 paired blocks for pipelined: serial cannot be measurably faster, 70 steps;" in v.describe()
+    assert "interval" not in v.describe()
+    # without a challenger both outcomes matter: the same host runs to the interval's six pairs
+    full = verdict(Host(0, {SERIAL: 10.0, INLINE: 10.0 / 1.12}, wave=0.0, change=0.0, noise=0.01), base=INLINE,
+                   candidate=SERIAL)
+    assert full.outcome == "slower" and len(full.ratios) == rule.min_pairs and full.challenger is None
+
+
+@pytest.mark.parametrize("serial_ms, piped_ms", [(10.0, 10.0), (10.0, 10.0 / 1.05), (10.0 / 1.05, 10.0)],
+                         ids=["alike", "pipelined-5%-faster", "serial-5%-faster"])
+@pytest.mark.parametrize("serial_in_force", [False, True], ids=["pipelined-in-force", "serial-in-force"])
+def test_stopping_when_serial_is_out_of_reach_changes_no_choice(serial_ms, piped_ms, serial_in_force):
+    """On the drifting host, seed by seed, the blocks that stop once serial cannot win are the first pairs of the
+    blocks that run to the end (the same steps), and those never found serial faster; where serial wins, both agree."""
+    base, candidate = (SERIAL, INLINE) if serial_in_force else (INLINE, SERIAL)
+    saved = []
+    for seed in range(100):
+        ms = {SERIAL: serial_ms, INLINE: piped_ms}
+        short = verdict(Host(seed, ms), base=base, candidate=candidate, challenger=SERIAL)
+        full = verdict(Host(seed, ms), base=base, candidate=candidate)
+        assert full.ratios[:len(short.ratios)] == short.ratios
+        serial_won = full.outcome == ("faster" if candidate == SERIAL else "slower")
+        if short.challenger is not None:
+            assert not serial_won and short.outcome != ("faster" if candidate == SERIAL else "slower")
+        else:
+            assert short == full
+        saved.append(len(full.ratios) - len(short.ratios))
+    if serial_ms >= piped_ms:  # serial no faster: most runs stop early
+        assert sum(1 for s in saved if s > 0) >= 50, saved
+
+
+def test_a_challenger_must_be_one_of_the_ways():
+    with pytest.raises(ValueError, match="neither way"):
+        PairedBlocks(SERIAL, INLINE, PairedRule(), lambda: 0.0, challenger=Way(True, True, True))
 
 
 def test_rule_arguments_are_checked():
