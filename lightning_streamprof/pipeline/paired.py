@@ -146,7 +146,7 @@ class Verdict:
     def describe(self) -> str:
         """One line: the candidate's speed as a multiple of the base's, with its interval, the blocks and the
         outcome."""
-        pairs = len(self.ratios)
+        pairs, outcome = len(self.ratios), self.outcome
         if self.beyond is not None:  # a few pairs, every one far apart: no interval is meant
             which = "one pair of blocks" if pairs == 1 else f"{pairs} pairs of blocks, each"
             how = f"{which} beyond {1 + self.beyond:.2f}x"
@@ -154,13 +154,13 @@ class Verdict:
             on_candidate = self.challenger == self.candidate
             against = sum(1 for r in self.ratios if (r <= 1.0 if on_candidate else r >= 1.0))
             other = self.base if on_candidate else self.candidate
-            how = (f"{against} of {pairs} paired blocks for {other.label}: {self.challenger.label} cannot be"
-                   " measurably faster")
+            how = f"{against} of {pairs} paired blocks for {other.label}"
+            outcome = f"{self.challenger.label} cannot be measurably faster"
         else:
             lo, hi = self.interval
             how = f"95% interval {lo:.3f}-{hi:.3f}, {pairs} paired blocks"
         return (f"{self.candidate.label}: {self.ratio:.3f}x the speed of {self.base.label} ({how}, {self.steps} steps;"
-                f" {self.candidate_ms:.3f} against {self.base_ms:.3f} ms per step) -> {self.outcome}")
+                f" {self.candidate_ms:.3f} against {self.base_ms:.3f} ms per step) -> {outcome}")
 
 
 def clear_outcome(ratios: Sequence[float], rule: PairedRule) -> Outcome | None:
