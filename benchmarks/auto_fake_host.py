@@ -70,7 +70,8 @@ def main() -> None:
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['first_right']} | {r['final_right']} | {r['reverts']} |"
-                     f" {r['rounds_mean']:.1f} | {r['trial_steps_mean']:.0f} | {r['cost_median']:.2%} | {r['cost_max']:.2%} |")
+                     f" {r['rounds_mean']:.1f} | {r['trial_steps_mean']:.0f} | {r['cost_median']:.2%} |"
+                     f" {r['cost_max']:.2%} |")
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, f"auto_fake_host-{args.tag}")
     with open(base + ".md", "w") as f:

@@ -4,8 +4,9 @@ The *safe way* is the pipelined way ``mode="on"`` runs (the first of :func:`tria
 CUDA graph, on the staging thread, where those exist); its results equal serial training's. The run starts on it.
 After ``warmup`` steps a round of trials compares ways two at a time in paired blocks
 (:mod:`~lightning_streamprof.pipeline.paired`: the two ways alternate in short blocks, each block read against
-its neighbours, so that the host's drift cancels out), and decides by the median ratio's interval (the blocks stop early once the way that must be measurably faster no
-longer can be, :func:`~lightning_streamprof.pipeline.paired.out_of_reach`):
+its neighbours, so that the host's drift cancels out), and decides by the median ratio's interval (the blocks stop
+early once the way that must be measurably faster no longer can be,
+:func:`~lightning_streamprof.pipeline.paired.out_of_reach`):
 
 1. the safe way (or the pipelined way in force) against serial: serial takes over only when measurably *faster*
    beside it; when it is unclear, the pipelined way runs. The way in force is the base of the blocks (it runs the

@@ -109,13 +109,17 @@ def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[
     return (ordered[k - 1], ordered[n - k])
 
 
+def against(ratios: Sequence[float], challenger_is_candidate: bool) -> int:
+    """The ratios on the other way's side of 1 (a tie counts against the challenger: its interval must clear 1)."""
+    return sum(1 for r in ratios if (r <= 1.0 if challenger_is_candidate else r >= 1.0))
+
+
 def out_of_reach(ratios: Sequence[float], challenger_is_candidate: bool, rule: PairedRule) -> bool:
     """Whether the challenger can no longer be found *faster* by :attr:`PairedRule.max_pairs`: its interval clears 1
     only while fewer than ``k`` ratios (the order of the bounds) lie on the other way's side of 1, ``k`` grows with
     the pairs, and the ratios so far stay; so once as many as ``k`` at ``max_pairs`` do, no pair to come helps (nor
     the early stops, which want every ratio on the challenger's side)."""
-    against = sum(1 for r in ratios if (r <= 1.0 if challenger_is_candidate else r >= 1.0))
-    return against >= interval_order(rule.max_pairs, rule.confidence)
+    return against(ratios, challenger_is_candidate) >= interval_order(rule.max_pairs, rule.confidence)
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ class Verdict:
     ``interval``, and the ``outcome``; the mean ms per step of each way's blocks and the steps they took; ``beyond``:
     the difference every pair exceeded when that stopped the blocks early (None: the interval decided);
     ``challenger``: the way that had to be measurably faster, when the blocks stopped because it no longer could
-    (``outcome`` is then ``unclear`` unless the interval itself is clear)."""
+    (``outcome`` is then ``unclear``: the interval did not decide)."""
 
     base: Way
     candidate: Way
@@ -152,9 +156,8 @@ class Verdict:
             how = f"{which} beyond {1 + self.beyond:.2f}x"
         elif self.challenger is not None:  # stopped once the challenger could no longer be measurably faster
             on_candidate = self.challenger == self.candidate
-            against = sum(1 for r in self.ratios if (r <= 1.0 if on_candidate else r >= 1.0))
             other = self.base if on_candidate else self.candidate
-            how = f"{against} of {pairs} paired blocks for {other.label}"
+            how = f"{against(self.ratios, on_candidate)} of {pairs} paired blocks for {other.label}"
             outcome = f"{self.challenger.label} cannot be measurably faster"
         else:
             lo, hi = self.interval
@@ -318,9 +321,7 @@ class PairedBlocks:
         elif pairs < self.rule.max_pairs and (pairs < self.rule.min_pairs or outcome == "unclear"):
             if self.challenger is None or not out_of_reach(ratios, self.challenger == self.candidate, self.rule):
                 return None
-            settled = self.challenger
-            if pairs < self.rule.min_pairs:  # too few pairs for the interval's confidence
-                outcome = "unclear"
+            outcome, settled = "unclear", self.challenger  # below min_pairs the interval has not its confidence
         base = [ms for way, ms in self._blocks if way == self.base]
         candidate = [ms for way, ms in self._blocks if way == self.candidate]
         return Verdict(self.base, self.candidate, tuple(ratios), median_interval(ratios, self.rule.confidence),

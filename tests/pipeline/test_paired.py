@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 from fake_host import Host
 
-from lightning_streamprof.pipeline.paired import (PairedBlocks, PairedRule, interval_order, median_interval, out_of_reach,
-                                                  read_ratios)
+from lightning_streamprof.pipeline.paired import (PairedBlocks, PairedRule, interval_order, median_interval,
+                                                  out_of_reach, read_ratios)
 from lightning_streamprof.pipeline.way import INLINE, SERIAL, Way
 
 
