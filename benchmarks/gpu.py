@@ -75,11 +75,20 @@ def _in_git() -> bool:
         return False
 
 
+def portable(text: str, out: Path) -> str:
+    """``text`` without this machine's paths: its Python as ``python``, installed packages under
+    ``site-packages/``, the output folder as ``$OUT``."""
+    for path, name in ((sys.executable, "python"), (str(out), "$OUT")):
+        text = text.replace(path, name)
+    return re.sub(r"\S*/site-packages/", "site-packages/", text)
+
+
 def run_logged(cmd: list[str], env: dict, seconds: float, log: Path, quiet: bool = True) -> int:
     """``cmd`` in a session of its own, its output appended to ``log`` (Lightning's chatter left out when
-    ``quiet``); the whole session is killed after ``seconds``. Returns the exit status (124 on the time-out)."""
+    ``quiet``; paths as :func:`portable` writes them); the whole session is killed after ``seconds``. Returns the
+    exit status (124 on the time-out)."""
     with open(log, "a") as f:
-        f.write(f"$ {shlex.join(cmd)}\n")
+        f.write(portable(f"$ {shlex.join(cmd)}\n", log.parent))
         f.flush()
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
@@ -87,7 +96,7 @@ def run_logged(cmd: list[str], env: dict, seconds: float, log: Path, quiet: bool
         def copy() -> None:
             for line in proc.stdout:
                 if not (quiet and QUIET.search(line)):
-                    f.write(line)
+                    f.write(portable(line, log.parent))
                     f.flush()
 
         reader = threading.Thread(target=copy, daemon=True)

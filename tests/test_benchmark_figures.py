@@ -79,6 +79,16 @@ def test_a_run_past_its_time_is_killed_with_its_children(tmp_path):
     assert "started" in log.read_text() and log.read_text().endswith("exit 124\n")
 
 
+def test_the_runner_log_keeps_no_path_of_the_machine(tmp_path):
+    log = tmp_path / "runs.log"
+    child = f"import sys, lightning; print(lightning.__file__); print({str(tmp_path)!r} + '/x.json')"
+    assert gpu.run_logged([sys.executable, "-c", child], dict(os.environ), 60, log, quiet=False) == 0
+    text = log.read_text()
+    assert text.startswith("$ python -c ")
+    assert "site-packages/lightning/__init__.py" in text and "$OUT/x.json" in text
+    assert sys.executable not in text and str(tmp_path) not in text
+
+
 def test_the_runner_stops_in_one_line_when_a_small_dependency_is_missing(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(gpu, "_pip", lambda args, env: None)
     monkeypatch.setattr(gpu, "SMALL_DEPENDENCIES", ("json", "no_such_module_for_streamprof"))
