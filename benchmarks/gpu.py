@@ -77,8 +77,8 @@ def _in_git() -> bool:
 
 def portable(text: str, out: Path) -> str:
     """``text`` without this machine's paths: its Python as ``python``, installed packages under
-    ``site-packages/``, the output folder as ``$OUT``."""
-    for path, name in ((sys.executable, "python"), (str(out), "$OUT")):
+    ``site-packages/``, the output folder as ``$OUT``, the checkout's files relative to it."""
+    for path, name in ((sys.executable, "python"), (str(out), "$OUT"), (f"{ROOT}/", "")):
         text = text.replace(path, name)
     return re.sub(r"\S*/site-packages/", "site-packages/", text)
 

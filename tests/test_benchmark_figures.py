@@ -81,12 +81,13 @@ def test_a_run_past_its_time_is_killed_with_its_children(tmp_path):
 
 def test_the_runner_log_keeps_no_path_of_the_machine(tmp_path):
     log = tmp_path / "runs.log"
-    child = f"import sys, lightning; print(lightning.__file__); print({str(tmp_path)!r} + '/x.json')"
+    child = (f"import os, lightning; print(lightning.__file__); print({str(tmp_path)!r} + '/x.json'); "
+             "print(os.getcwd() + '/tests/helpers.py:45')")  # the runner runs in the checkout
     assert gpu.run_logged([sys.executable, "-c", child], dict(os.environ), 60, log, quiet=False) == 0
     text = log.read_text()
     assert text.startswith("$ python -c ")
-    assert "site-packages/lightning/__init__.py" in text and "$OUT/x.json" in text
-    assert sys.executable not in text and str(tmp_path) not in text
+    assert "site-packages/lightning/__init__.py" in text and "$OUT/x.json" in text and "\ntests/helpers.py:45" in text
+    assert sys.executable not in text and str(tmp_path) not in text and str(gpu.ROOT) not in text
 
 
 def test_the_runner_stops_in_one_line_when_a_small_dependency_is_missing(monkeypatch, capsys, tmp_path):
