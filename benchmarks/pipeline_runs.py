@@ -196,6 +196,8 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
         out["swap"] = swapped_blocks(step_ms, swap.flags, AFTER_TRIALS)
     if clock.auto is not None:
         out["trial_share"] = trial_share(step_ms, clock.in_trials, START)
+        out["auto_rounds"] = [{"step": r.step, "reason": r.reason, "choice": r.choice.key,
+                               "steps": sum(v.steps for v in r.verdicts)} for r in clock.auto.rounds]
     if pipe is not None:
         out["report"] = pipe.report()
         out["staged_outputs_used"] = {c.label: c.hits for c in pipe.staged_calls}
@@ -203,6 +205,12 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
     if profiler is not None:
         out["summary"] = profiler.summary()
     return out
+
+
+def rounds_line(rounds: list[dict]) -> str:
+    """One run's rounds of trials: ``thread+graph (first, step 40, 30 steps), ...``; ``no choice`` without one."""
+    return ", ".join(f"{r['choice']} ({r['reason']}, step {r['step']}, {r['steps']} steps)" for r in rounds) \
+        or "no choice"
 
 
 def second_half_ms(starts: list[float]) -> float:
@@ -282,6 +290,9 @@ def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
     # auto's trials: their steps beyond the run's typical step, as a share of the run (inside one run: no drift)
     row["trial_share_per_round"] = {c: [r["trial_share"] for r in rs] for c, rs in runs.items()
                                     if any(r.get("trial_share") is not None for r in rs)}
+    # auto's rounds of trials in each run: the way each chose and the steps it took
+    row["auto_rounds_per_round"] = {c: [r["auto_rounds"] for r in rs] for c, rs in runs.items()
+                                    if all("auto_rounds" in r for r in rs)}
     last = {c: rs[-1] for c, rs in runs.items()}
     row["reports"] = {c: r.get("report", "") for c, r in last.items() if r.get("report")}
     row["staged_outputs_used"] = {c: [r.get("staged_outputs_used", 0), r.get("pipelined_steps", 0)]
@@ -323,6 +334,12 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
                   " outside them, as a share of the run's time, per round:"]
         for workload, c, v in trials:
             lines.append(f"- {workload} {c}: " + ", ".join("no trials" if x is None else f"{x:.2%}" for x in v))
+    choices = [(r["workload"], c, v) for r in rows for c, v in r.get("auto_rounds_per_round", {}).items()]
+    if choices:
+        lines += ["", "What auto chose in each run, per round: each round of trials' choice, why it ran, the step it"
+                  " ended at and the steps it timed:"]
+        for workload, c, v in choices:
+            lines.append(f"- {workload} {c}: " + "; ".join(rounds_line(x) for x in v))
     profiled = [(r["workload"], c, v) for r in rows for c, v in r.get("profiled_vs_alone_per_round", {}).items()]
     if profiled:
         lines += ["", "The same configuration alone x with the profiler, per round (above 1: the profiled run slower):"

@@ -113,3 +113,13 @@ def test_trial_share_is_the_trial_steps_time_beyond_the_typical_step_over_the_ru
     assert trial_share([10.0] * 100, flags, first=10) == 0.0
     assert trial_share(durations, [False] * 100, first=10) is None
     assert trial_share(durations, [True] * 100, first=10) is None
+
+
+def test_auto_rounds_are_written_one_run_per_item():
+    from pipeline_runs import rounds_line
+
+    rounds = [{"step": 270, "reason": "first", "choice": "serial", "steps": 260},
+              {"step": 1140, "reason": "recheck", "choice": "thread+graph", "steps": 70}]
+    assert rounds_line(rounds) == ("serial (first, step 270, 260 steps), "
+                                   "thread+graph (recheck, step 1140, 70 steps)")
+    assert rounds_line([]) == "no choice"  # a run that ended before auto's first choice

@@ -25,6 +25,7 @@ from typing_extensions import override
 from lightning_streamprof.pipeline import explain
 from lightning_streamprof.pipeline import lightning_api as api
 from lightning_streamprof.pipeline.auto import RECHECK, TRIAL, WARMUP
+from lightning_streamprof.pipeline.decision import Round
 from lightning_streamprof.pipeline.fit import Fit
 from lightning_streamprof.pipeline.frozen import check_frozen, resolve
 from lightning_streamprof.pipeline.options import Backbone, Mode, Options
@@ -302,6 +303,13 @@ class StreamPipeline(Callback):
         """The frozen calls that run ahead (found on the first step), with their counts."""
         program = self._fit.calls.program if self._fit is not None else None
         return list(program.calls) if program is not None else []
+
+    @property
+    def rounds(self) -> tuple[Round, ...]:
+        """``auto``'s rounds of trials so far, oldest first: when each ended, why it ran, its paired comparisons and
+        the way it chose (empty outside ``auto`` or before its first choice)."""
+        auto = self._fit.steering.auto if self._fit is not None else None
+        return tuple(auto.history) if auto is not None else ()
 
     def report(self) -> str:
         """What the pipeline did, with the measurements behind its decision."""

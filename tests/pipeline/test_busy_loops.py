@@ -145,7 +145,8 @@ def test_auto_leaves_out_the_steps_of_profiler_windows_validation_checkpoints_an
     assert 12 in steps  # the end of the first epoch and the second one's first fetch
     window = profiler.windows[0]  # held until auto's first choice, then warm-up 1, recorded 2, and its cost tail
     assert window.first_step > 14 and set(range(window.first_step - 1, window.last_step + 1)) <= steps
-    assert pipe._fit.steering.auto.history  # it still decided, on the steps that only trained
+    assert pipe.rounds and pipe.rounds[0].reason == "first"  # it still decided, on the steps that only trained
+    assert pipe.rounds == tuple(pipe._fit.steering.auto.history)
 
 
 class ValidatesOtherwise(BusyNet):

@@ -159,4 +159,5 @@ def test_mode_off_watches_and_replaces_nothing():
     net, trainer = run("off", max_epochs=1)
     pipe = trainer.callbacks[0]
     assert pipe._fit.calls.probe is None and pipe.staged_calls == [] and pipe.staged_batches == 0
+    assert pipe.rounds == ()  # no trials outside auto
     assert "forward" not in vars(net.backbone)
