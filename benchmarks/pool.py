@@ -15,6 +15,7 @@ import datetime
 import json
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 from benchmarks.suites import RESULTS
@@ -33,9 +34,13 @@ def pooled_rows(results: list[dict]) -> dict[str, dict]:
             auto = rates.get("auto")
             if not auto:
                 continue
-            pooled = rows.setdefault(row["workload"], {"serial": [], "on": [], "trial_share": [], "sources": []})
+            pooled = rows.setdefault(row["workload"], {"serial": [], "on": [], "trial_share": [], "ways": [],
+                                                       "sources": []})
             shares = (row.get("trial_share_per_round") or {}).get("auto", [])
             pooled["trial_share"] += [x for x in shares if x is not None]
+            # the way each run ended on: its last round's choice ("none": the run ended before auto chose)
+            runs = (row.get("auto_rounds_per_round") or {}).get("auto", [])
+            pooled["ways"] += [rounds[-1]["choice"] if rounds else "none" for rounds in runs]
             used = False
             for fixed in ("serial", "on"):
                 for a, b in zip(auto, rates.get(fixed) or []):
@@ -65,6 +70,7 @@ def verdict(row: dict, mark: float, floor: float) -> dict:
     medians = [out[f"x_{k}"] for k in ("serial", "on") if out[f"x_{k}"] is not None]
     out["x_better"] = min(medians) if medians else None  # against the better fixed way: the lower ratio
     out["trial_share"] = statistics.median(row["trial_share"]) if row["trial_share"] else None  # inside each run
+    out["ways"] = dict(sorted(Counter(row["ways"]).items())) or None  # None: results before they were recorded
     out["lowest_x_serial"] = min(row["serial"]) if row["serial"] else None
     out["meets_mark"] = out["x_better"] is not None and out["x_better"] >= mark
     out["above_floor"] = out["lowest_x_serial"] is None or out["lowest_x_serial"] >= floor
@@ -75,6 +81,11 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _ways(ways: dict[str, int] | None) -> str:
+    """``serial x2, thread+graph x3``: how many runs ended on each way; ``-`` when the results do not say."""
+    return ", ".join(f"{way} x{n}" for way, n in ways.items()) if ways else "-"
+
+
 def markdown(rows: dict[str, dict], verdicts: dict[str, dict], mark: float, floor: float, command: str,
              device: str) -> str:
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -82,16 +93,18 @@ def markdown(rows: dict[str, dict], verdicts: dict[str, dict], mark: float, floo
              f"paired rounds of `mode=\"auto\"` (StreamPipeline()) pooled by workload; each ratio is taken within one"
              f" round; mark: the median ratio >= {mark} against the better of serial and `on`, floor: no round"
              f" below {floor} x serial; trials: what auto's trials cost each run measured inside it (their steps"
-             f" beyond the run's median step outside them, as a share of the run), the median over the rounds", "",
-             "| workload | rounds | auto x serial | range | auto x on | range | trials | mark | floor |",
-             "| --- | ---: | ---: | --- | ---: | --- | ---: | --- | --- |"]
+             f" beyond the run's median step outside them, as a share of the run), the median over the rounds; auto"
+             f" ended on: the way each run of auto ran at its end, by count", "",
+             "| workload | rounds | auto x serial | range | auto x on | range | trials | mark | floor | auto ended on |",
+             "| --- | ---: | ---: | --- | ---: | --- | ---: | --- | --- | --- |"]
     for name, v in verdicts.items():
         rs, ro = v["x_serial_range"], v["x_on_range"]
         lines.append(f"| {name} | {v['rounds']['serial']}/{v['rounds']['on']} | {_fmt(v['x_serial'])} |"
                      f" {_fmt(rs[0]) + '-' + _fmt(rs[1]) if rs else '-'} | {_fmt(v['x_on'])} |"
                      f" {_fmt(ro[0]) + '-' + _fmt(ro[1]) if ro else '-'} |"
                      f" {'-' if v['trial_share'] is None else format(v['trial_share'], '.2%')} |"
-                     f" {'met' if v['meets_mark'] else 'missed'} | {'held' if v['above_floor'] else 'broken'} |")
+                     f" {'met' if v['meets_mark'] else 'missed'} | {'held' if v['above_floor'] else 'broken'} |"
+                     f" {_ways(v['ways'])} |")
     lines += ["", "Sources (code version, steps per run, machine):"]
     lines += [f"- {name}: " + ", ".join(rows[name]["sources"]) for name in verdicts]
     return "\n".join(lines) + "\n"

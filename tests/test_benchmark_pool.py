@@ -59,3 +59,22 @@ def test_the_trials_cost_measured_inside_each_run_is_pooled_as_a_median(tmp_path
     out = json.loads((tmp_path / "pipeline_pool-t.json").read_text())["workloads"]["w:8"]
     assert out["trial_share"] == pytest.approx(0.02)  # a run without trials (None) is left out, not taken as 0
     assert "| 2.00% |" in (tmp_path / "pipeline_pool-t.md").read_text()
+
+
+def test_the_way_each_run_ended_on_is_counted(tmp_path):
+    a = _result(tmp_path, "a", {"serial": [100.0, 100.0, 100.0], "auto": [110.0, 99.0, 100.0]})
+    data = json.loads(a.read_text())
+    first = {"step": 40, "reason": "first", "steps": 30}
+    data["rows"][0]["auto_rounds_per_round"] = {"auto": [
+        [{**first, "choice": "thread+graph"}],
+        [{**first, "choice": "thread+graph"}, {**first, "step": 1040, "reason": "watch", "choice": "serial"}],
+        []]}  # the third run ended before auto chose
+    a.write_text(json.dumps(data))
+    old = _result(tmp_path, "old", {"serial": [100.0], "auto": [100.0]})  # written before the rounds were kept
+    assert pool.main([str(a), "--tag", "t", "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "pipeline_pool-t.json").read_text())["workloads"]["w:8"]
+    assert out["ways"] == {"none": 1, "serial": 1, "thread+graph": 1}
+    assert "| held | none x1, serial x1, thread+graph x1 |" in (tmp_path / "pipeline_pool-t.md").read_text()
+    assert pool.main([str(old), "--tag", "o", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "pipeline_pool-o.json").read_text())["workloads"]["w:8"]["ways"] is None
+    assert "| held | - |" in (tmp_path / "pipeline_pool-o.md").read_text()
