@@ -336,8 +336,8 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
             lines.append(f"- {workload} {c}: " + ", ".join("no trials" if x is None else f"{x:.2%}" for x in v))
     choices = [(r["workload"], c, v) for r in rows for c, v in r.get("auto_rounds_per_round", {}).items()]
     if choices:
-        lines += ["", "What auto chose in each run, per round: each round of trials' choice, why it ran, the step it"
-                  " ended at and the steps it timed:"]
+        lines += ["", "What auto chose in each run (the runs in round order, `;` between them): each of its rounds of"
+                  " trials' choice, why it ran, the step it ended at and the steps it timed:"]
         for workload, c, v in choices:
             lines.append(f"- {workload} {c}: " + "; ".join(rounds_line(x) for x in v))
     profiled = [(r["workload"], c, v) for r in rows for c, v in r.get("profiled_vs_alone_per_round", {}).items()]
