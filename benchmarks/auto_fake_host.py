@@ -43,7 +43,7 @@ def measure(name: str, serial_ms: float, piped_ms: float, seeds: int, steps: int
         final += switch.choice == right
         reverts += len(switch.reverts)
         rounds += len(switch.history)
-        trial_steps += sum(v.steps for r in switch.history for v in r.verdicts)
+        trial_steps += sum(r.steps for r in switch.history)
         costs.append(cost)
     return {"case": name, "serial_ms": serial_ms, "pipelined_ms": piped_ms, "seeds": seeds, "steps": steps,
             "first_right": first, "final_right": final, "reverts": reverts, "rounds_mean": rounds / seeds,

@@ -196,8 +196,8 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
         out["swap"] = swapped_blocks(step_ms, swap.flags, AFTER_TRIALS)
     if clock.auto is not None:
         out["trial_share"] = trial_share(step_ms, clock.in_trials, START)
-        out["auto_rounds"] = [{"step": r.step, "reason": r.reason, "choice": r.choice.key,
-                               "steps": sum(v.steps for v in r.verdicts)} for r in clock.auto.rounds]
+        out["auto_rounds"] = [{"step": r.step, "reason": r.reason, "choice": r.choice.key, "steps": r.steps}
+                              for r in clock.auto.rounds]
     if pipe is not None:
         out["report"] = pipe.report()
         out["staged_outputs_used"] = {c.label: c.hits for c in pipe.staged_calls}

@@ -36,6 +36,11 @@ class Round:
         return speed
 
     @property
+    def steps(self) -> int:
+        """The training steps its comparisons timed."""
+        return sum(v.steps for v in self.verdicts)
+
+    @property
     def gain(self) -> float:
         """The choice's throughput over serial's, minus one; when serial was chosen, the best pipelined way's
         (at most about zero)."""

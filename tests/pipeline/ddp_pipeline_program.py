@@ -36,6 +36,6 @@ if __name__ == "__main__":
     with open(os.path.join(out, f"rank{trainer.global_rank}.json"), "w") as f:
         json.dump({"rank": trainer.global_rank, "seen": net.seen, "losses": net.losses, "weights": weights,
                    "steps": trainer.global_step, "staged": staged,
-                   "auto": [{"ms": {w.key: v for w, v in m.ms.items()}, "choice": m.choice.key} for m in callbacks[0]._fit.steering.auto.history] if mode == "auto" else None},
+                   "auto": [{"ms": {w.key: v for w, v in m.ms.items()}, "choice": m.choice.key} for m in callbacks[0].rounds] if mode == "auto" else None},
                   f)
     leave_after_distributed_run()

@@ -59,6 +59,7 @@ def test_each_auto_decision_is_logged_with_its_gain():
         in report, report
     verdict = Verdict(SERIAL, INLINE, (1.25,) * 6, (1.25, 1.25), "faster", 10.0, 8.0, 130)
     assert Round(140, "first", (verdict,), INLINE).gain == pytest.approx(0.25)
+    assert Round(140, "first", (verdict, verdict), INLINE).steps == 260  # the steps its comparisons timed
 
 
 def test_a_revert_is_logged_with_the_steady_state_loss_and_reported():

@@ -58,6 +58,6 @@ def test_zoo_model_with_auto_and_no_arguments(case):
     pipe = StreamPipeline(warmup=2, trial=3, recheck=1000)
     fit(make(), pipe, accelerator="gpu", steps=180, **kwargs)  # the first round: two comparisons of 39-75 steps
     assert [c.label for c in pipe.staged_calls] == labels
-    assert pipe._fit.steering.auto is not None and pipe._fit.steering.auto.history, pipe.report()
-    assert {w.key for w in pipe._fit.steering.auto.history[0].ms} >= {"serial", "thread+graph"}
+    assert pipe.rounds, pipe.report()
+    assert {w.key for w in pipe.rounds[0].ms} >= {"serial", "thread+graph"}
     assert pipe._fit.calls.program.graph.eager == 0  # captured at the first step: no eager run on the staging thread

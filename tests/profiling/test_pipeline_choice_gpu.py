@@ -24,7 +24,7 @@ def test_the_first_window_records_the_chosen_pipelined_way_on_a_side_stream(tmp_
     trainer = L.Trainer(max_steps=600, accelerator="gpu", devices=1, profiler=profiler, callbacks=[pipeline],
                         logger=False, enable_checkpointing=False, enable_progress_bar=False, max_epochs=-1)
     trainer.fit(FrozenResNetClassifier(), loader)
-    first = pipeline._fit.steering.auto.history[0]  # auto's first round: its step and its choice
+    first = pipeline.rounds[0]  # auto's first round: its step and its choice
     assert first.choice.staged, pipeline.report()
     (window,) = profiler.windows
     assert window.first_step > first.step  # it waited for the choice
