@@ -7,8 +7,8 @@ it comes, and a short table is printed last.
     python -m benchmarks gpu --no-tests --run "450 profiler-overhead --steps 2000 --out {out} --tag h200-x"
 
 ``--pipeline WORKLOADS@CONFIGS@STEPS@TAG@SECONDS[@EXTRA ARGS]`` is a ``pipeline-speed`` set in ``--rounds`` paired
-rounds; ``--run "SECONDS SUITE ARGS"`` any suite (``{out}`` in its arguments is ``--out``). ``--gpus 0,1`` runs
-the sets two at a time, one per GPU.
+rounds (or in its own ``--rounds`` among the extra arguments); ``--run "SECONDS SUITE ARGS"`` any suite (``{out}``
+in its arguments is ``--out``). ``--gpus 0,1`` runs the sets two at a time, one per GPU.
 """
 
 from __future__ import annotations
@@ -118,9 +118,11 @@ def pipeline_run(spec: str, rounds: int, out: Path) -> tuple[float, list[str]]:
     if len(fields) not in (5, 6):
         raise Stop(f"--pipeline {spec!r}: want WORKLOADS@CONFIGS@STEPS@TAG@SECONDS[@EXTRA ARGS]")
     workloads, configs, steps, tag, seconds = fields[:5]
+    extra = shlex.split(fields[5] if len(fields) == 6 else "")
+    own_rounds = any(word == "--rounds" or word.startswith("--rounds=") for word in extra)
     cmd = [sys.executable, "-m", "benchmarks", "pipeline-speed", "--workloads", workloads, "--configs", configs,
-           "--steps", steps, "--rounds", str(rounds), "--tag", tag, "--out", str(out)]
-    return float(seconds), cmd + shlex.split(fields[5] if len(fields) == 6 else "")
+           "--steps", steps] + ([] if own_rounds else ["--rounds", str(rounds)]) + ["--tag", tag, "--out", str(out)]
+    return float(seconds), cmd + extra
 
 
 def suite_run(spec: str, out: Path) -> tuple[float, list[str]]:

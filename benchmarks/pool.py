@@ -73,8 +73,20 @@ def verdict(row: dict, mark: float, floor: float) -> dict:
     out["ways"] = dict(sorted(Counter(row["ways"]).items())) or None  # None: results before they were recorded
     out["lowest_x_serial"] = min(row["serial"]) if row["serial"] else None
     out["meets_mark"] = out["x_better"] is not None and out["x_better"] >= mark
-    out["above_floor"] = out["lowest_x_serial"] is None or out["lowest_x_serial"] >= floor
+    # None: no round beside serial, so the floor is not measured (not "held")
+    out["above_floor"] = None if out["lowest_x_serial"] is None else out["lowest_x_serial"] >= floor
     return out
+
+
+def _mark(v: dict) -> str:
+    """``met`` or ``missed``, naming the one fixed way it was read against when the other has no rounds."""
+    word = "met" if v["meets_mark"] else "missed"
+    timed = [k for k in ("serial", "on") if v["rounds"][k]]
+    return word if len(timed) != 1 else f"{word} ({timed[0]} only)"
+
+
+def _floor(v: dict) -> str:
+    return "-" if v["above_floor"] is None else ("held" if v["above_floor"] else "broken")
 
 
 def _fmt(value: float | None) -> str:
@@ -103,7 +115,7 @@ def markdown(rows: dict[str, dict], verdicts: dict[str, dict], mark: float, floo
                      f" {_fmt(rs[0]) + '-' + _fmt(rs[1]) if rs else '-'} | {_fmt(v['x_on'])} |"
                      f" {_fmt(ro[0]) + '-' + _fmt(ro[1]) if ro else '-'} |"
                      f" {'-' if v['trial_share'] is None else format(v['trial_share'], '.2%')} |"
-                     f" {'met' if v['meets_mark'] else 'missed'} | {'held' if v['above_floor'] else 'broken'} |"
+                     f" {_mark(v)} | {_floor(v)} |"
                      f" {_ways(v['ways'])} |")
     lines += ["", "Sources (code version, steps per run, machine):"]
     lines += [f"- {name}: " + ", ".join(rows[name]["sources"]) for name in verdicts]

@@ -64,6 +64,8 @@ def test_the_gpu_runner_reads_pipeline_sets_and_suite_runs(tmp_path):
     assert cmd[1:] == ["-m", "benchmarks", "pipeline-speed", "--workloads", "article:8,resnet50:32", "--configs",
                        "serial,on,auto", "--steps", "1000", "--rounds", "5", "--tag", "h200-a", "--out",
                        str(tmp_path), "--devices", "2"]
+    _, cmd = gpu.pipeline_run("vit:64:bf16@on,auto@1000@h200-b@300@--rounds 10", 5, tmp_path)
+    assert cmd.count("--rounds") == 1 and cmd[-2:] == ["--rounds", "10"]
     seconds, cmd = gpu.suite_run("60 hook-cost --out {out}", tmp_path)
     assert seconds == 60 and cmd[3:] == ["hook-cost", "--out", str(tmp_path)]
     with pytest.raises(gpu.Stop):

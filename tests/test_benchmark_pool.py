@@ -25,6 +25,10 @@ def test_ratios_are_taken_within_each_round_and_pooled_across_files(tmp_path):
     assert out["ratios"]["on"] == pytest.approx([0.95, 1.0, 0.9])
     assert out["x_on"] == pytest.approx(0.95) and out["x_better"] == pytest.approx(0.95)
     assert out["meets_mark"] is False and out["above_floor"] is True  # 0.95 < 0.97; no round below serial
+    alone = _result(tmp_path, "alone", {"on": [100.0, 100.0], "auto": [99.0, 101.0]})
+    assert pool.main([str(alone), "--tag", "u", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "pipeline_pool-u.json").read_text())["workloads"]["w:8"]["above_floor"] is None
+    assert "| met (on only) | - |" in (tmp_path / "pipeline_pool-u.md").read_text()  # no serial round: no floor
     text = (tmp_path / "pipeline_pool-t.md").read_text()
     assert "| w:8 | 2/3 | 1.950 |" in text and "| 0.950 | 0.900-1.000 | - | missed |" in text  # no trial share
     assert "- w:8: a (abc1234, 1000 steps, NVIDIA H200), b (abc1234)" in text  # what each source's rounds are
