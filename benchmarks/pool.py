@@ -122,6 +122,21 @@ def markdown(rows: dict[str, dict], verdicts: dict[str, dict], mark: float, floo
     return "\n".join(lines) + "\n"
 
 
+def read_results(files: list[Path]) -> list[dict]:
+    """Each file's ``pipeline_runs`` result with its ``name`` (the file's stem); ValueError naming a file that is
+    not one."""
+    results = []
+    for f in files:
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{f}: not a readable JSON result ({e})") from None
+        if not isinstance(data, dict) or data.get("benchmark") != "pipeline_runs":
+            raise ValueError(f"{f}: not a pipeline_runs result")
+        results.append({**data, "name": f.stem})
+    return results
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks pool", description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="+", type=Path, help="pipeline_runs-*.json results")
@@ -130,17 +145,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--floor", type=float, default=0.95)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
-    results = []
-    for f in args.files:
-        try:
-            data = json.loads(f.read_text())
-        except (OSError, ValueError) as e:
-            print(f"pool: {f}: not a readable JSON result ({e})", file=sys.stderr)
-            return 1
-        if not isinstance(data, dict) or data.get("benchmark") != "pipeline_runs":
-            print(f"pool: {f}: not a pipeline_runs result", file=sys.stderr)
-            return 1
-        results.append({**data, "name": f.stem})
+    try:
+        results = read_results(args.files)
+    except ValueError as e:
+        print(f"pool: {e}", file=sys.stderr)
+        return 1
     rows = pooled_rows(results)
     if not rows:
         print("pool: none of the files ran auto beside serial or on", file=sys.stderr)

@@ -47,6 +47,10 @@ SUITES = [
           "CPU: about 10 seconds",
           "of seeded runs on a drifting fake host, how many choose the truly faster way and revert, and what the "
           "trials cost of a run (the CPU tests' host and rule)"),
+    Suite("mark-power", "mark_power.py", "pipeline",
+          "benchmarks/results/pipeline-speed/pipeline_runs-h100-i34-*.json --tag h100-i34", "CPU: a few seconds",
+          "from measured rounds, the spread of two runs doing the same work, and the chance that a set of k rounds "
+          "meets auto's mark and keeps its floor for a given true ratio: how many rounds a set needs"),
     Suite("pipeline-host-overhead", "pipeline_host_overhead.py", "pipeline", "--rounds 5",
           "CPU: about 2 minutes",
           "host milliseconds per step that staging adds (inline and on the staging thread) on 30 tiny layers"),
