@@ -27,7 +27,7 @@ sys.path.insert(0, ROOT)
 
 from _record import code_version, command, now, results_dir  # noqa: E402
 
-from benchmarks.pool import read_results  # noqa: E402
+from benchmarks.pool import ended_on, read_results  # noqa: E402
 
 ROUNDS = (5, 7, 9, 11, 15, 21)
 TRUE_X_ON = (0.99, 1.0)  #: auto's true speed against mode="on": its trials' cost of about 1%, and none
@@ -40,26 +40,29 @@ def residuals(results: list[dict]) -> dict[str, np.ndarray]:
     logs: dict[str, list[float]] = {}
     for result in results:
         for row in result.get("rows", []):
+            if row.get("rank", 0) != 0:
+                continue
             rates = row.get("rates") or {}
-            runs = (row.get("auto_rounds_per_round") or {}).get("auto") or []
-            for i, (auto, on) in enumerate(zip(rates.get("auto") or [], rates.get("on") or [])):
-                ended = runs[i][-1]["choice"] if i < len(runs) and runs[i] else None
-                if auto and on and ended not in (None, "serial"):
+            for auto, on, ended in zip(rates.get("auto") or [], rates.get("on") or [], ended_on(row)):
+                if auto and on and ended not in ("none", "serial"):
                     logs.setdefault(row["workload"], []).append(float(np.log(auto / on)))
     return {w: np.asarray(v) - np.median(v) for w, v in sorted(logs.items()) if len(v) >= 3}
 
 
+def _sets(noise: np.ndarray, k: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """``draws`` sets of ``k`` rounds' log-ratio noise, drawn from ``noise`` with replacement."""
+    return rng.choice(noise, size=(draws, k), replace=True)
+
+
 def chance_of_mark(noise: np.ndarray, true: float, k: int, mark: float, draws: int, rng: np.random.Generator) -> float:
     """The chance that the median of ``k`` rounds of ratio ``true * exp(noise)`` is at least ``mark``."""
-    sample = rng.choice(noise, size=(draws, k), replace=True)
-    return float(np.mean(np.median(sample, axis=1) >= np.log(mark / true)))
+    return float(np.mean(np.median(_sets(noise, k, draws, rng), axis=1) >= np.log(mark / true)))
 
 
 def chance_of_floor(noise: np.ndarray, true: float, k: int, floor: float, draws: int,
                     rng: np.random.Generator) -> float:
     """The chance that none of ``k`` rounds of ratio ``true * exp(noise)`` falls below ``floor``."""
-    sample = rng.choice(noise, size=(draws, k), replace=True)
-    return float(np.mean(np.min(sample, axis=1) >= np.log(floor / true)))
+    return float(np.mean(np.min(_sets(noise, k, draws, rng), axis=1) >= np.log(floor / true)))
 
 
 def _pct(ratio: float) -> int:

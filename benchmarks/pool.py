@@ -23,6 +23,13 @@ from benchmarks.suites import RESULTS
 OUT = RESULTS / "pipeline-speed"
 
 
+def ended_on(row: dict) -> list[str]:
+    """The way each run of auto ended on, in round order: its last round's choice ("none": the run ended before auto
+    chose); empty for results written before the rounds were kept."""
+    runs = (row.get("auto_rounds_per_round") or {}).get("auto", [])
+    return [rounds[-1]["choice"] if rounds else "none" for rounds in runs]
+
+
 def pooled_rows(results: list[dict]) -> dict[str, dict]:
     """By workload: the per-round ratios auto/serial and auto/on, and the files and code versions they came from."""
     rows: dict[str, dict] = {}
@@ -38,9 +45,7 @@ def pooled_rows(results: list[dict]) -> dict[str, dict]:
                                                        "sources": []})
             shares = (row.get("trial_share_per_round") or {}).get("auto", [])
             pooled["trial_share"] += [x for x in shares if x is not None]
-            # the way each run ended on: its last round's choice ("none": the run ended before auto chose)
-            runs = (row.get("auto_rounds_per_round") or {}).get("auto", [])
-            pooled["ways"] += [rounds[-1]["choice"] if rounds else "none" for rounds in runs]
+            pooled["ways"] += ended_on(row)
             used = False
             for fixed in ("serial", "on"):
                 for a, b in zip(auto, rates.get(fixed) or []):
