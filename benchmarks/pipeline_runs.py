@@ -39,6 +39,8 @@ that the second half shares is not the windows'. ``--profile CONFIG,...`` adds a
 ``--profile-at`` to those configurations' last round (its traces and summary under ``--out``). Each ``auto``
 run also gets what its trials cost inside the run (``_trial_cost.py``: their steps beyond the run's median step
 outside them, as a share of the run), the part of auto against ``on`` that the drift between runs does not blur.
+Every run also says where its wall time went (the setup up to the first batch, the steps before step 10, the timed
+part, the end), the median of each in the table: what a set of rounds costs on the device beside what it times.
 Under ``--devices 2`` Lightning's DDP launcher runs this script once per rank; rank 0 writes the results.
 """
 
@@ -156,6 +158,7 @@ def make(workload: str, batch: int, steps: int, world: int, workers: int, image_
 
 def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profile_dir: str | None) -> dict:
     workload, batch, precision = spec
+    entered = time.perf_counter()
     L.seed_everything(0, verbose=False)
     model, loader = make(workload, batch, args.steps, args.devices, args.workers, args.image_size)
     pipe = None
@@ -204,7 +207,23 @@ def run(spec: tuple[str, int, str], config: str, args: argparse.Namespace, profi
         out["pipelined_steps"] = pipe.staged_batches
     if profiler is not None:
         out["summary"] = profiler.summary()
+    out["seconds"] = run_seconds(entered, clock, time.perf_counter())
     return out
+
+
+def run_seconds(entered: float, clock: RunClock, left: float) -> dict[str, float]:
+    """Where one run's wall time went: ``setup`` (the model, the loader, the Trainer, up to the first batch),
+    ``early`` (the steps before ``START``), ``timed``, ``end`` (from the last step to the run's results, the
+    pipeline's report included) and the ``whole``: what a set of rounds costs on the device, beside what it times."""
+    first = clock.starts[0] if clock.starts else clock.t0
+    return {"setup": first - entered, "early": clock.t0 - first, "timed": clock.t1 - clock.t0, "end": left - clock.t1,
+            "whole": left - entered}
+
+
+def seconds_line(seconds: dict[str, float]) -> str:
+    """``34.2 s: setup 6.1, steps 0-9 3.0, timed 20.3, end 4.8``."""
+    return (f"{seconds['whole']:.1f} s: setup {seconds['setup']:.1f}, steps 0-{START - 1} {seconds['early']:.1f},"
+            f" timed {seconds['timed']:.1f}, end {seconds['end']:.1f}")
 
 
 def rounds_line(rounds: list[dict]) -> str:
@@ -254,7 +273,8 @@ def main() -> None:
                 res = run(spec, config, args, pdir)
                 runs[config].append(res)
                 if res["rank"] == 0:
-                    print(f"{item} round {r} {config}: {res['rate']:.1f} steps/s", flush=True)
+                    print(f"{item} round {r} {config}: {res['rate']:.1f} steps/s ({seconds_line(res['seconds'])})",
+                          flush=True)
             if res["rank"] == 0 and r < args.rounds - 1:  # the rounds so far, in case the call is cut short
                 write(rows + [summarise(item, runs)], args)
         rows.append(summarise(item, runs))
@@ -300,6 +320,9 @@ def summarise(item: str, runs: dict[str, list[dict]]) -> dict:
     row["memory_mb"] = {c: [round(r["mem_early_mb"], 1), round(r["mem_end_mb"], 1)] for c, r in last.items()}
     row["summaries"] = {c: r["summary"] for c, r in last.items() if r.get("summary")}
     row["step_ms_last_round"] = {c: r["step_ms"] for c, r in last.items()}
+    # the median run's seconds by part: what each round costs on the device, beside the part it times
+    row["seconds_per_run"] = {c: {k: statistics.median(r["seconds"][k] for r in rs) for k in rs[0]["seconds"]}
+                              for c, rs in runs.items()}
     return row
 
 
@@ -365,6 +388,12 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
         for workload, c, v in swaps:
             lines.append(f"- {workload} {c}: " + ", ".join(f"{x:.3f}" for x in v)
                          + f" (median {statistics.median(v):.3f})")
+    lines += ["", "Seconds per run, the median over the rounds: the whole run (what the rounds cost on the device), the"
+              f" setup (model, loader, Trainer, up to the first batch), steps 0-{START - 1}, the timed part and the end"
+              " (from the last step to the run's results):"]
+    for r in rows:
+        for c, seconds in r["seconds_per_run"].items():
+            lines.append(f"- {r['workload']} {c}: {seconds_line(seconds)}")
     lines += ["", "Staged backbone outputs used / steps pipelined, device memory at step 100 and at the end (MB),"
               " last round:"]
     for r in rows:
