@@ -14,11 +14,9 @@ rounds independent; "all N" is the chance that N workloads of that spread all me
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +25,7 @@ sys.path.insert(0, ROOT)
 
 from _record import code_version, command, now, results_dir  # noqa: E402
 
-from benchmarks.pool import ended_on, read_results  # noqa: E402
+from benchmarks.pool import ended_on, expand, read_results  # noqa: E402
 
 ROUNDS = (5, 7, 9, 11, 15, 21)
 TRUE_X_ON = (0.99, 1.0)  #: auto's true speed against mode="on": its trials' cost of about 1%, and none
@@ -136,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(results_dir(__file__)))
     args = p.parse_args(argv)
     try:
-        results = read_results([Path(f) for f in sorted({f for pattern in args.files
-                                                          for f in (glob.glob(pattern) or [pattern])})])
+        results = read_results(expand(args.files))
     except ValueError as e:
         print(f"mark-power: {e}", file=sys.stderr)
         return 1

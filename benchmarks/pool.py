@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import glob
 import json
 import statistics
 import sys
@@ -127,6 +128,12 @@ def markdown(rows: dict[str, dict], verdicts: dict[str, dict], mark: float, floo
     return "\n".join(lines) + "\n"
 
 
+def expand(patterns: list[str]) -> list[Path]:
+    """The files that ``patterns`` name, their globs expanded (a quoted one too), each once and sorted; a pattern
+    that matches nothing stays as written, so that reading it names it."""
+    return [Path(f) for f in sorted({f for pattern in patterns for f in (glob.glob(pattern) or [pattern])})]
+
+
 def read_results(files: list[Path]) -> list[dict]:
     """Each file's ``pipeline_runs`` result with its ``name`` (the file's stem); ValueError naming a file that is
     not one."""
@@ -144,12 +151,13 @@ def read_results(files: list[Path]) -> list[dict]:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks pool", description=__doc__.splitlines()[0])
-    p.add_argument("files", nargs="+", type=Path, help="pipeline_runs-*.json results")
+    p.add_argument("files", nargs="+", help="pipeline_runs-*.json results (globs are expanded)")
     p.add_argument("--tag", required=True, help="file name tag of the pooled result")
     p.add_argument("--mark", type=float, default=0.97)
     p.add_argument("--floor", type=float, default=0.95)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
+    args.files = expand(args.files)
     try:
         results = read_results(args.files)
     except ValueError as e:

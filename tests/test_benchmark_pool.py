@@ -82,3 +82,12 @@ def test_the_way_each_run_ended_on_is_counted(tmp_path):
     assert pool.main([str(old), "--tag", "o", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "pipeline_pool-o.json").read_text())["workloads"]["w:8"]["ways"] is None
     assert "| held | - |" in (tmp_path / "pipeline_pool-o.md").read_text()
+
+
+def test_a_quoted_glob_is_expanded_to_its_files(tmp_path):
+    _result(tmp_path, "a-r3", {"on": [100.0], "auto": [99.0]})
+    _result(tmp_path, "b-r3", {"on": [100.0], "auto": [101.0]})
+    _result(tmp_path, "c-r2", {"on": [100.0], "auto": [50.0]})
+    assert pool.main([str(tmp_path / "*-r3.json"), "--tag", "g", "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "pipeline_pool-g.json").read_text())["workloads"]["w:8"]
+    assert out["ratios"]["on"] == pytest.approx([0.99, 1.01])  # c-r2 left out, each of the others read once
